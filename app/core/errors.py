@@ -1,0 +1,147 @@
+"""One error hierarchy, rendered by one handler as RFC 9457 problem details.
+
+Services raise `AppError` subclasses; they never build HTTP responses. Each class carries its
+status and a stable snake_case `code` that clients (and `agentstate_client`) switch on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+PROBLEM_TYPE_PREFIX = "urn:agentstate:problem:"
+
+
+class AppError(Exception):
+    status: ClassVar[int] = 500
+    code: ClassVar[str] = "internal_error"
+    title: ClassVar[str] = "Internal Server Error"
+
+    def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None,
+                 **extra: Any) -> None:
+        self.detail = detail or self.title
+        self.headers = headers or {}
+        self.extra = extra
+        super().__init__(self.detail)
+
+    def body(self, instance: str) -> dict[str, Any]:
+        return {
+            "type": PROBLEM_TYPE_PREFIX + self.code,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "instance": instance,
+            "code": self.code,
+            **self.extra,
+        }
+
+
+class BadRequest(AppError):
+    status, code, title = 400, "bad_request", "Bad Request"
+
+
+class InvalidJson(BadRequest):
+    code, title = "invalid_json", "Body is not valid JSON"
+
+
+class InvalidCursor(BadRequest):
+    code, title = "invalid_cursor", "Invalid cursor"
+
+
+class InvalidHeader(BadRequest):
+    code, title = "invalid_header", "Invalid header"
+
+
+class Unauthorized(AppError):
+    status, code, title = 401, "unauthorized", "Unauthorized"
+
+    def __init__(self, detail: str | None = None, **extra: Any) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": 'Bearer realm="agentstate"'}, **extra)
+
+
+class Forbidden(AppError):
+    status, code, title = 403, "forbidden", "Forbidden"
+
+
+class NotFound(AppError):
+    status, code, title = 404, "not_found", "Not Found"
+
+
+class Conflict(AppError):
+    status, code, title = 409, "conflict", "Conflict"
+
+
+class ThreadExists(Conflict):
+    code, title = "thread_exists", "Thread already exists"
+
+
+class Gone(AppError):
+    status, code, title = 410, "gone", "Gone"
+
+
+class ThreadDeleted(Gone):
+    code, title = "thread_deleted", "Thread was deleted"
+
+
+class PreconditionFailed(AppError):
+    status, code, title = 412, "precondition_failed", "Precondition Failed"
+
+
+class RevisionMismatch(PreconditionFailed):
+    code, title = "revision_mismatch", "Revision mismatch"
+
+    def __init__(self, current_revision: int | None, detail: str | None = None) -> None:
+        super().__init__(
+            detail or "If-Match does not name the current revision; nothing was written.",
+            current_revision=current_revision,
+        )
+
+
+class AlreadyExists(PreconditionFailed):
+    code, title = "already_exists", "Resource already exists"
+
+    def __init__(self, current_revision: int | None, detail: str | None = None) -> None:
+        super().__init__(
+            detail or "If-None-Match: * was sent and the resource exists; nothing was written.",
+            current_revision=current_revision,
+        )
+
+
+class PayloadTooLarge(AppError):
+    status, code, title = 413, "payload_too_large", "Payload Too Large"
+
+
+class UnsupportedMediaType(AppError):
+    status, code, title = 415, "unsupported_media_type", "Unsupported Media Type"
+
+
+class Unprocessable(AppError):
+    status, code, title = 422, "validation_failed", "Unprocessable Content"
+
+
+class PreconditionRequired(AppError):
+    status, code, title = 428, "precondition_required", "Precondition Required"
+
+
+class ServiceUnavailable(AppError):
+    status, code, title = 503, "database_unavailable", "Service Unavailable"
+
+
+class NotReady(ServiceUnavailable):
+    code, title = "not_ready", "Service not ready"
+
+
+def problem_from_status(status: int, detail: str | None = None) -> AppError:
+    """Map a framework-raised HTTP status (404 route, 405 method) to our hierarchy."""
+    cls = {
+        400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
+        409: Conflict, 410: Gone, 412: PreconditionFailed, 413: PayloadTooLarge,
+        415: UnsupportedMediaType, 422: Unprocessable, 428: PreconditionRequired,
+        503: ServiceUnavailable,
+    }.get(status)
+    if cls is not None:
+        return cls(detail)
+    err = AppError(detail)
+    err.status = status  # type: ignore[misc]
+    err.code = {405: "method_not_allowed", 406: "not_acceptable"}.get(status, "http_error")  # type: ignore[misc]
+    err.title = detail or "HTTP error"  # type: ignore[misc]
+    return err

@@ -1,0 +1,104 @@
+"""Settings, read from `AGENTSTATE_*` environment variables (and an optional `.env`).
+
+Nothing reads the environment at import time: `Settings()` is built by the CLI (or a test)
+and handed to `create_app(settings)`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+def data_dir() -> Path:
+    """`$XDG_DATA_HOME/agentstate`, falling back to `~/.local/share/agentstate` (XDG spec)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "").strip()
+    # The XDG spec says a relative XDG_DATA_HOME is invalid and must be ignored.
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "agentstate"
+
+
+def default_database_url() -> str:
+    return f"sqlite+aiosqlite:///{data_dir() / 'state.db'}"
+
+
+def normalise_database_url(url: str) -> str:
+    """Pick the async driver for the URLs people actually paste."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://", "postgresql+psycopg://"):
+        if url.startswith(prefix):
+            return "postgresql+asyncpg://" + url[len(prefix) :]
+    if url.startswith("sqlite://"):
+        return "sqlite+aiosqlite://" + url[len("sqlite://") :]
+    return url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTSTATE_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description="SQLAlchemy URL; postgresql://... is normalised to asyncpg.",
+    )
+    # Postgres pool (ignored on SQLite).
+    pool_size: int = Field(10, ge=1)
+    max_overflow: int = Field(10, ge=0)
+    pool_recycle: int = Field(1800, ge=-1, description="Seconds before a connection is replaced.")
+    pool_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a free connection.")
+    pool_pre_ping: bool = True
+    connect_timeout: float = Field(5.0, gt=0)
+    statement_timeout_ms: int = Field(30_000, ge=0, description="Postgres statement_timeout.")
+    sqlite_busy_timeout_ms: int = Field(30_000, ge=0)
+    sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "FULL"
+
+    # On the embedded SQLite default `serve` migrates by itself; on Postgres it never does.
+    auto_migrate: bool | None = Field(
+        None, description="Run migrations at start-up. Default: on for SQLite, off for Postgres."
+    )
+    require_preconditions: bool = Field(
+        True, description="Writes to existing resources need If-Match (428 otherwise)."
+    )
+
+    # Limits (section 1 of the API contract).
+    max_body_bytes: int = Field(1_048_576, ge=1024)
+    max_json_depth: int = Field(64, ge=2)
+    max_batch_messages: int = Field(100, ge=1)
+    max_metadata_keys: int = Field(64, ge=1)
+    idempotency_ttl_hours: int = Field(24, ge=24)
+
+    # MCP secrets: comma-separated keys, the first encrypts, any decrypts.
+    secret_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+    retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_url(cls, value: str) -> str:
+        return normalise_database_url(value.strip())
+
+    @field_validator("secret_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @property
+    def should_auto_migrate(self) -> bool:
+        return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
+
+    def redacted_database_url(self) -> str:
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.database_url).render_as_string(hide_password=True)

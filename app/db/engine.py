@@ -1,0 +1,102 @@
+"""Engine and session factories, built once per application in the lifespan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from app.core.jsonutil import dumps, sqlite_contains
+from app.core.settings import Settings
+
+# Execution option that marks a connection as the write transaction of a request.
+WRITE = "agentstate_write"
+
+
+def build_engine(settings: Settings) -> AsyncEngine:
+    url = make_url(settings.database_url)
+    common: dict[str, Any] = {"json_serializer": dumps, "pool_pre_ping": settings.pool_pre_ping}
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(
+            url, pool_size=settings.pool_size, max_overflow=settings.max_overflow,
+            pool_timeout=settings.pool_timeout, **common,
+        )
+        _configure_sqlite(engine, settings)
+        return engine
+    return create_async_engine(
+        url,
+        pool_size=settings.pool_size,
+        max_overflow=settings.max_overflow,
+        pool_recycle=settings.pool_recycle,
+        pool_timeout=settings.pool_timeout,
+        connect_args={
+            "timeout": settings.connect_timeout,
+            # A connection that stops answering (half-open TCP) fails instead of hanging.
+            "command_timeout": settings.statement_timeout_ms / 1000 + 5 if settings.statement_timeout_ms else None,
+            "server_settings": {
+                "application_name": "agentstate",
+                "statement_timeout": str(settings.statement_timeout_ms),
+            },
+        },
+        **common,
+    )
+
+
+def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
+    """WAL, foreign keys, a busy timeout, and BEGIN IMMEDIATE for writes.
+
+    A deferred transaction that reads and then writes cannot wait for the write lock (SQLite
+    answers "database is locked" at once to avoid a deadlock), so write transactions take the
+    lock up front with BEGIN IMMEDIATE and queue on the busy timeout instead of failing.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={int(settings.sqlite_busy_timeout_ms)}")
+        cursor.execute(f"PRAGMA synchronous={settings.sqlite_synchronous}")
+        cursor.close()
+        dbapi_connection.create_function(
+            "agentstate_json_contains", 2, sqlite_contains, deterministic=True
+        )
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = "IMMEDIATE" if connection.get_execution_options().get(WRITE) else "DEFERRED"
+        connection.exec_driver_sql(f"BEGIN {mode}")
+
+
+class Database:
+    """The engine plus session factories; one per running application."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = build_engine(settings)
+        self.read_sessions = async_sessionmaker(
+            self.engine, expire_on_commit=False, autoflush=False
+        )
+        # Lazily begun like any session, but as BEGIN IMMEDIATE on SQLite.
+        self.write_sessions = async_sessionmaker(
+            self.engine, expire_on_commit=False, autoflush=False,
+            execution_options={WRITE: True},
+        )
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+    def pool_checked_out(self) -> int:
+        pool = self.engine.pool
+        checked_out = getattr(pool, "checkedout", None)
+        return int(checked_out()) if callable(checked_out) else 0

@@ -1,0 +1,82 @@
+"""Alembic, driven from Python: `agentstate migrate`, auto-migration on SQLite, /readyz."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db.engine import WRITE
+from app.db.models import Base
+
+
+def include_name(name: str | None, type_: str, _parent: object) -> bool:
+    """GIN expression indexes (`*_gin`) live only in migrations, on Postgres: the models
+    cannot express them portably and autogenerate cannot compare them."""
+    return not (type_ == "index" and name is not None and name.endswith("_gin"))
+
+
+def alembic_config(database_url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(files("agentstate_migrations")))
+    config.set_main_option(
+        "file_template",
+        "%%(year)d_%%(month).2d_%%(day).2d_%%(hour).2d%%(minute).2d-%%(rev)s_%%(slug)s",
+    )
+    if database_url:
+        config.attributes["database_url"] = database_url
+    return config
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def _on(connection: Connection, fn: Any, *args: Any) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    fn(config, *args)
+
+
+async def _run(engine: AsyncEngine, fn: Any, revision: str) -> None:
+    # One transaction, begun as a write (BEGIN IMMEDIATE on SQLite), so that servers starting
+    # together migrate one after the other instead of failing with "database is locked".
+    async with engine.connect() as connection:
+        await connection.execution_options(**{WRITE: True})
+        async with connection.begin():
+            await connection.run_sync(_on, fn, revision)
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    await _run(engine, command.upgrade, revision)
+
+
+async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
+    await _run(engine, command.downgrade, revision)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    async with engine.connect() as connection:
+        return await connection.run_sync(
+            lambda sync: MigrationContext.configure(sync).get_current_revision()
+        )
+
+
+async def schema_diff(engine: AsyncEngine) -> list[Any]:
+    """What `alembic check` reports: differences between the models and the database."""
+
+    def _diff(sync: Connection) -> list[Any]:
+        context = MigrationContext.configure(
+            sync, opts={"compare_type": True, "include_name": include_name}
+        )
+        return compare_metadata(context, Base.metadata)
+
+    async with engine.connect() as connection:
+        return await connection.run_sync(_diff)

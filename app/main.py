@@ -1,0 +1,69 @@
+"""The application factory. `create_app(settings)` is the only way an app is built."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.core.metrics import Metrics
+from app.core.middleware import install_middleware
+from app.core.logging import configure_logging
+from app.core.problems import install_handlers
+from app.core.settings import Settings
+from app.db import migrate
+from app.db.engine import Database
+from app.ops.router import router as ops_router
+from app.threads.router import router as threads_router
+
+log = logging.getLogger("agentstate")
+
+ROUTERS = [ops_router, threads_router]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings)
+        try:
+            if settings.should_auto_migrate:
+                await migrate.upgrade(db.engine)
+            app.state.db = db
+            log.info("agentstate ready", extra={"database": settings.redacted_database_url()})
+            yield
+        finally:
+            await db.dispose()
+
+    app = FastAPI(
+        title="agentstate",
+        version="1.0.0",
+        summary="The state service AI agents keep their memory in.",
+        description=(
+            "Threads (run state), conversation messages, compactions, agent states, MCP server "
+            "state and an audit trail. Errors are RFC 9457 problem details "
+            "(`application/problem+json`) with a stable `code`. Mutable resources carry a "
+            "`revision`, sent as a strong `ETag`; writes take `If-Match`."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.schema_head = migrate.head_revision()
+    metrics.watch_pool(lambda: app.state.db.pool_checked_out() if hasattr(app.state, "db") else 0)
+    install_handlers(app, settings.retry_after_seconds)
+    install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth)
+    for router in ROUTERS:
+        app.include_router(router)
+    return app
+
+
+def serve_app() -> FastAPI:
+    """The factory `agentstate serve` gives uvicorn (each worker calls it)."""
+    settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Index, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, BigIntPK, JSONType, Name, UTCDateTime
+
+
+class Thread(Base):
+    """One row per (tenant, thread_id), kept as a tombstone after DELETE.
+
+    The tombstone (`deleted_at` set) is what lets a late writer get 410 instead of silently
+    resurrecting the thread, and lets a re-created thread continue the revision sequence.
+    """
+
+    __tablename__ = "threads"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "thread_id"),
+        # Keyset listing, newest created first.
+        Index("ix_threads_tenant_id_created_at_thread_id", "tenant_id", "created_at", "thread_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(Name)
+    thread_id: Mapped[str] = mapped_column(Name)
+    revision: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # The last message seq handed out; bumped in the same UPDATE that bumps the revision,
+    # so concurrent appends serialise on this row and seqs never gap or repeat.
+    last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Live messages, maintained by appends and compactions (never a COUNT(*) over history).
+    message_count: Mapped[int] = mapped_column(BigInteger, default=0)

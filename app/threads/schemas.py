@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from app.core.schemas import JsonObject, Name, Strict, Timestamp
+
+
+class ThreadCreate(Strict):
+    thread_id: Name | None = Field(None, description="Omit to get a server-generated `thr_...` id.")
+    state: JsonObject = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
+
+
+class ThreadReplace(Strict):
+    state: JsonObject
+    metadata: JsonObject | None = Field(None, description="Omitted: the stored metadata is kept.")
+
+
+class ThreadPatch(Strict):
+    """RFC 7396 merge-patch of the representation; only `state` and `metadata` can change."""
+
+    state: JsonObject | None = None
+    metadata: JsonObject | None = None
+
+
+class ThreadOut(BaseModel):
+    thread_id: str
+    revision: int
+    state: JsonObject
+    metadata: JsonObject
+    created_at: Timestamp
+    updated_at: Timestamp
+    message_count: int

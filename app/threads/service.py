@@ -1,0 +1,210 @@
+"""Thread use cases: section 2 (revisions, preconditions) and section 3 of the contract."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, NoReturn
+
+from sqlalchemy import Row
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.dependencies import Principal
+from app.core.conditional import Preconditions
+from app.core.errors import (
+    AlreadyExists,
+    InvalidCursor,
+    NotFound,
+    PreconditionFailed,
+    PreconditionRequired,
+    RevisionMismatch,
+    ThreadDeleted,
+    ThreadExists,
+)
+from app.core.ids import new_id
+from app.core.limits import check_metadata
+from app.core.mergepatch import merge_patch
+from app.core.pagination import decode_cursor, encode_cursor
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.events import service as events
+from app.threads.repository import ThreadRepository
+from app.threads.schemas import ThreadCreate, ThreadOut, ThreadPatch, ThreadReplace
+
+
+def thread_path(thread_id: str) -> str:
+    return f"/v1/threads/{thread_id}"
+
+
+def to_out(row: Row[Any]) -> ThreadOut:
+    return ThreadOut(
+        thread_id=row.thread_id, revision=row.revision, state=row.state, metadata=row.metadata,
+        created_at=row.created_at, updated_at=row.updated_at, message_count=row.message_count,
+    )
+
+
+class ThreadService:
+    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings) -> None:
+        self.session = session
+        self.principal = principal
+        self.settings = settings
+        self.repo = ThreadRepository(session, principal.tenant_id)
+
+    def _event(self, type: str, thread_id: str, revision: int) -> None:
+        events.record(self.session, self.principal, type, thread_path(thread_id),
+                      revision=revision, thread_id=thread_id)
+
+    async def _create(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
+                      now: datetime) -> Row[Any] | None:
+        """Explicit create: a new id, or a tombstoned one started afresh. None if live."""
+        row = await self.repo.insert(thread_id, state, meta, now)
+        if row is None:
+            row = await self.repo.revive(thread_id, state, meta, now)
+        if row is not None:
+            self._event("thread.created", thread_id, row.revision)
+        return row
+
+    async def _refuse(self, thread_id: str) -> NoReturn:
+        """Explain why a conditional write touched no row: gone (410) or a lost race (412)."""
+        row = await self.repo.get(thread_id)
+        if row is not None and row.deleted_at is not None:
+            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+        raise RevisionMismatch(row.revision if row is not None else None)
+
+    def _require_precondition(self, pre: Preconditions, method: str) -> None:
+        if not pre.any_given and self.settings.require_preconditions:
+            raise PreconditionRequired(
+                f'{method} of an existing thread needs If-Match: "<revision>" (the ETag you '
+                f"read), or If-Match: * to overwrite whatever is there."
+            )
+
+    async def create(self, body: ThreadCreate) -> ThreadOut:
+        check_metadata(body.metadata, self.settings)
+        thread_id = body.thread_id or new_id("thr")
+        row = await self._create(thread_id, body.state, body.metadata, utcnow())
+        if row is None:
+            raise ThreadExists(f"Thread {thread_id!r} already exists.")
+        return to_out(row)
+
+    async def get(self, thread_id: str) -> ThreadOut:
+        row = await self.repo.get(thread_id)
+        if row is None or row.deleted_at is not None:
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
+        return to_out(row)
+
+    async def replace(self, thread_id: str, body: ThreadReplace,
+                      pre: Preconditions) -> tuple[ThreadOut, bool]:
+        """PUT: returns the thread and whether it was created."""
+        check_metadata(body.metadata, self.settings)
+        now = utcnow()
+        if pre.create_only:
+            row = await self._create(thread_id, body.state, body.metadata or {}, now)
+            if row is None:
+                current = await self.repo.get(thread_id)
+                raise AlreadyExists(current.revision if current is not None else None)
+            return to_out(row), True
+
+        values: dict[str, Any] = {"state": body.state}
+        if body.metadata is not None:
+            values["metadata"] = body.metadata
+        if pre.if_match is not None:
+            expected = None if pre.if_match.any else pre.if_match.strong_revisions()
+            row = await self.repo.update(thread_id, values, expected)
+            if row is None:
+                await self._refuse(thread_id)
+                self._event("thread.updated", thread_id, row.revision)
+            return to_out(row), False
+
+        created = await self.repo.insert(thread_id, body.state, body.metadata or {}, now)
+        if created is not None:
+            self._event("thread.created", thread_id, created.revision)
+            return to_out(created), True
+        current = await self.repo.get(thread_id)
+        assert current is not None
+        if current.deleted_at is not None:
+            raise ThreadDeleted(
+                f"Thread {thread_id!r} was deleted; send If-None-Match: * to start it afresh."
+            )
+        if pre.if_none_match is not None and pre.if_none_match.matches_weak(current.revision):
+            raise PreconditionFailed("If-None-Match names the current ETag.",
+                                     current_revision=current.revision)
+        self._require_precondition(pre, "PUT")
+        row = await self.repo.update(thread_id, values)
+        if row is None:
+            await self._refuse(thread_id)
+        self._event("thread.updated", thread_id, row.revision)
+        return to_out(row), False
+
+    async def _locked_live(self, thread_id: str, pre: Preconditions, method: str) -> Row[Any]:
+        """The live row, locked, after section 2's checks (404/410/412/428)."""
+        row = await self.repo.get(thread_id, lock="update")
+        if row is None:
+            if pre.if_match is not None:
+                raise RevisionMismatch(None)
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
+        if row.deleted_at is not None:
+            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+        if pre.if_match is not None and not pre.if_match.matches_strong(row.revision):
+            raise RevisionMismatch(row.revision)
+        if pre.if_none_match is not None and pre.if_none_match.matches_weak(row.revision):
+            raise PreconditionFailed("If-None-Match matches the current ETag.",
+                                     current_revision=row.revision)
+        self._require_precondition(pre, method)
+        return row
+
+    async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions) -> ThreadOut:
+        row = await self._locked_live(thread_id, pre, "PATCH")
+        values: dict[str, Any] = {}
+        # A member set to null is removed (RFC 7396); for these two that means "empty".
+        if "state" in body.model_fields_set:
+            values["state"] = merge_patch(row.state, body.state) if body.state is not None else {}
+        if "metadata" in body.model_fields_set:
+            values["metadata"] = (
+                merge_patch(row.metadata, body.metadata) if body.metadata is not None else {}
+            )
+            check_metadata(values["metadata"], self.settings)
+        updated = await self.repo.update(thread_id, values, [row.revision])
+        if updated is None:  # only if the lock was not held (cannot happen on either backend)
+            await self._refuse(thread_id)
+        self._event("thread.updated", thread_id, updated.revision)
+        return to_out(updated)
+
+    async def delete(self, thread_id: str, pre: Preconditions) -> None:
+        row = await self._locked_live(thread_id, pre, "DELETE")
+        revision = await self.repo.delete(thread_id, row.revision, utcnow())
+        if revision is None:
+            await self._refuse(thread_id)
+        self._event("thread.deleted", thread_id, revision)
+
+    async def list(self, *, limit: int, cursor: str | None, metadata: dict[str, Any] | None,
+                   updated_after: datetime | None) -> tuple[list[ThreadOut], str | None]:
+        after = decode_cursor("threads", cursor, 2)
+        try:
+            key = (datetime.fromisoformat(after[0]), str(after[1])) if after else None
+        except (TypeError, ValueError):
+            raise InvalidCursor("The cursor is not one this list handed out.") from None
+        rows = await self.repo.list(limit=limit + 1, after=key, metadata=metadata,
+                                    updated_after=updated_after)
+        page, more = rows[:limit], len(rows) > limit
+        next_cursor = (
+            encode_cursor("threads", [page[-1].created_at.isoformat(), page[-1].thread_id])
+            if more else None
+        )
+        return [to_out(row) for row in page], next_cursor
+
+    async def ensure_live(self, thread_id: str, *, create: bool = True) -> Row[Any]:
+        """For writes to a thread's children (messages, agent states): the live thread,
+        created with empty state if it does not exist (and `create`), 410 if tombstoned.
+
+        On Postgres the row is held FOR KEY SHARE, so a concurrent DELETE waits for this
+        transaction instead of leaving orphans or failing a foreign key.
+        """
+        row = await self.repo.get(thread_id, lock="share")
+        if row is None and create:
+            row = await self._create(thread_id, {}, {}, utcnow())
+            if row is None:  # lost a create race; the winner's row is there now
+                row = await self.repo.get(thread_id, lock="share")
+        if row is None:
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
+        if row.deleted_at is not None:
+            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+        return row

@@ -1,0 +1,243 @@
+"""Threads over HTTP: API.md sections 2 and 3, on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.anyio
+
+TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+JSON = {"content-type": "application/json"}
+
+
+async def test_create_get_and_conditional_get(client: httpx.AsyncClient, uid: str) -> None:
+    created = await client.post("/v1/threads", json={"thread_id": f"t-{uid}", "state": {"a": 1},
+                                                    "metadata": {"team": "x"}})
+    assert created.status_code == 201
+    assert created.headers["etag"] == '"1"'
+    assert created.headers["location"] == f"/v1/threads/t-{uid}"
+    body = created.json()
+    assert body == {
+        "thread_id": f"t-{uid}", "revision": 1, "state": {"a": 1}, "metadata": {"team": "x"},
+        "created_at": body["created_at"], "updated_at": body["updated_at"], "message_count": 0,
+    }
+    assert TS.match(body["created_at"]) and TS.match(body["updated_at"])
+
+    got = await client.get(f"/v1/threads/t-{uid}")
+    assert got.status_code == 200 and got.json() == body and got.headers["etag"] == '"1"'
+
+    for tag in ('"1"', 'W/"1"', '"7", "1"', "*"):
+        cached = await client.get(f"/v1/threads/t-{uid}", headers={"If-None-Match": tag})
+        assert cached.status_code == 304, tag
+        assert cached.headers["etag"] == '"1"' and cached.content == b""
+    fresh = await client.get(f"/v1/threads/t-{uid}", headers={"If-None-Match": '"2"'})
+    assert fresh.status_code == 200
+
+
+async def test_server_generated_ids_sort_by_creation(client: httpx.AsyncClient) -> None:
+    ids = [(await client.post("/v1/threads", json={})).json()["thread_id"] for _ in range(5)]
+    assert all(i.startswith("thr_") for i in ids)
+    assert ids == sorted(ids)
+
+
+async def test_post_existing_is_409(client: httpx.AsyncClient, uid: str) -> None:
+    assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+    again = await client.post("/v1/threads", json={"thread_id": uid, "state": {"x": 1}})
+    assert again.status_code == 409
+    assert again.headers["content-type"] == "application/problem+json"
+    assert again.json()["code"] == "thread_exists"
+    assert (await client.get(f"/v1/threads/{uid}")).json()["state"] == {}
+
+
+async def test_put_rules(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    # If-Match on a thread that does not exist: 412 with current_revision null.
+    missing = await client.put(url, json={"state": {}}, headers={"If-Match": '"1"'})
+    assert missing.status_code == 412
+    assert missing.json()["code"] == "revision_mismatch"
+    assert missing.json()["current_revision"] is None
+
+    created = await client.put(url, json={"state": {"n": 1}, "metadata": {"m": 1}})
+    assert created.status_code == 201 and created.headers["etag"] == '"1"'
+    assert created.headers["location"] == url
+
+    no_header = await client.put(url, json={"state": {"n": 2}})
+    assert no_header.status_code == 428
+    assert no_header.json()["code"] == "precondition_required"
+    assert "If-Match" in no_header.json()["detail"]
+
+    ok = await client.put(url, json={"state": {"n": 2}}, headers={"If-Match": '"1"'})
+    assert ok.status_code == 200 and ok.headers["etag"] == '"2"'
+    assert ok.json()["metadata"] == {"m": 1}, "omitted metadata is kept"
+
+    stale = await client.put(url, json={"state": {"n": 3}}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 412
+    assert stale.json()["current_revision"] == 2
+
+    weak = await client.put(url, json={"state": {"n": 3}}, headers={"If-Match": 'W/"2"'})
+    assert weak.status_code == 412, "weak tags never match If-Match"
+
+    listed = await client.put(url, json={"state": {"n": 3}}, headers={"If-Match": '"9", "2"'})
+    assert listed.status_code == 200 and listed.json()["revision"] == 3
+
+    same = await client.put(url, json={"state": {"n": 3}}, headers={"If-Match": "*"})
+    assert same.status_code == 200 and same.json()["revision"] == 4, "no-op PUT is a revision"
+
+    create_only = await client.put(url, json={"state": {}}, headers={"If-None-Match": "*"})
+    assert create_only.status_code == 412
+    assert create_only.json()["code"] == "already_exists"
+    assert create_only.json()["current_revision"] == 4
+
+    final = (await client.get(url)).json()
+    assert final["state"] == {"n": 3} and final["revision"] == 4
+
+
+async def test_put_create_only(client: httpx.AsyncClient, uid: str) -> None:
+    response = await client.put(f"/v1/threads/{uid}", json={"state": {"x": 1}},
+                                headers={"If-None-Match": "*"})
+    assert response.status_code == 201 and response.json()["revision"] == 1
+
+
+async def test_last_writer_wins_setting(database_url: str, uid: str) -> None:
+    from app.core.settings import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(database_url=database_url, require_preconditions=False,
+                              _env_file=None))  # type: ignore[call-arg]
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://t") as c:
+            assert (await c.put(f"/v1/threads/{uid}", json={"state": {}})).status_code == 201
+            second = await c.put(f"/v1/threads/{uid}", json={"state": {"b": 1}})
+            assert second.status_code == 200 and second.json()["revision"] == 2
+            stale = await c.put(f"/v1/threads/{uid}", json={"state": {}},
+                                headers={"If-Match": '"1"'})
+            assert stale.status_code == 412, "If-Match is still honoured"
+
+
+async def test_merge_patch(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    await client.post("/v1/threads", json={"thread_id": uid, "state": {"a": 1, "b": {"c": 2, "d": 3}},
+                                           "metadata": {"k": "v"}})
+    assert (await client.patch(url, json={"state": {"a": 2}})).status_code == 428
+    patched = await client.patch(
+        url, content=b'{"state": {"b": {"c": null, "e": [1]}, "z": true}, "metadata": {"n": 1}}',
+        headers={"If-Match": '"1"', "content-type": "application/merge-patch+json"},
+    )
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["state"] == {"a": 1, "b": {"d": 3, "e": [1]}, "z": True}
+    assert patched.json()["metadata"] == {"k": "v", "n": 1}
+    assert patched.headers["etag"] == '"2"'
+    stale = await client.patch(url, json={"state": {}}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 412 and stale.json()["current_revision"] == 2
+    unknown = await client.patch(url, json={"revision": 5}, headers={"If-Match": '"2"'})
+    assert unknown.status_code == 422 and unknown.json()["code"] == "unknown_field"
+    missing = await client.patch(f"/v1/threads/nope-{uid}", json={"state": {}},
+                                 headers={"If-Match": "*"})
+    assert missing.status_code == 412
+    assert (await client.patch(f"/v1/threads/nope-{uid}", json={"state": {}})).status_code == 404
+
+
+async def test_delete_tombstone_and_recreate(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    await client.post("/v1/threads", json={"thread_id": uid, "state": {"v": 1}})
+    await client.put(url, json={"state": {"v": 2}}, headers={"If-Match": '"1"'})
+    assert (await client.delete(url)).status_code == 428
+    assert (await client.delete(url, headers={"If-Match": '"1"'})).status_code == 412
+    deleted = await client.delete(url, headers={"If-Match": '"2"'})
+    assert deleted.status_code == 204 and deleted.content == b""
+
+    assert (await client.get(url)).status_code == 404
+    for method, kwargs in [
+        ("PUT", {"json": {"state": {}}, "headers": {"If-Match": '"2"'}}),
+        ("PUT", {"json": {"state": {}}}),
+        ("PUT", {"json": {"state": {}}, "headers": {"If-Match": "*"}}),
+        ("PATCH", {"json": {"state": {}}, "headers": {"If-Match": '"2"'}}),
+        ("DELETE", {"headers": {"If-Match": "*"}}),
+    ]:
+        late = await client.request(method, url, **kwargs)
+        assert late.status_code == 410, (method, kwargs, late.text)
+        assert late.json()["code"] == "thread_deleted"
+    assert (await client.get(url)).status_code == 404, "nothing was resurrected"
+
+    again = await client.put(url, json={"state": {"new": True}}, headers={"If-None-Match": "*"})
+    assert again.status_code == 201
+    assert again.json()["revision"] == 4, "revisions continue after the deletion's (3)"
+    assert (await client.put(url, json={"state": {}}, headers={"If-Match": '"2"'})).status_code == 412
+
+    await client.delete(url, headers={"If-Match": '"4"'})
+    posted = await client.post("/v1/threads", json={"thread_id": uid})
+    assert posted.status_code == 201 and posted.json()["revision"] == 6
+
+
+async def test_list_pagination_and_filters(client: httpx.AsyncClient, uid: str) -> None:
+    ids = []
+    for i in range(7):
+        r = await client.post("/v1/threads", json={
+            "thread_id": f"l{i}-{uid}",
+            "metadata": {"run": uid, "n": i, "tags": ["even" if i % 2 == 0 else "odd", "x"],
+                         "nested": {"deep": {"k": i % 3}}},
+        })
+        ids.append(r.json()["thread_id"])
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params = {"limit": 3, "metadata": f'{{"run": "{uid}"}}'}
+        if cursor:
+            params["cursor"] = cursor
+        page = await client.get("/v1/threads", params=params)
+        assert page.status_code == 200
+        body = page.json()
+        seen += [t["thread_id"] for t in body["data"]]
+        pages += 1
+        if not body["has_more"]:
+            assert body["next_cursor"] is None and "link" not in page.headers
+            break
+        assert 'rel="next"' in page.headers["link"] and body["next_cursor"] in page.headers["link"]
+        cursor = body["next_cursor"]
+    assert pages == 3
+    assert seen == list(reversed(ids)), "newest created first, each exactly once"
+
+    async def filtered(query: str) -> list[str]:
+        r = await client.get("/v1/threads", params={"metadata": query, "limit": 100})
+        assert r.status_code == 200, r.text
+        return sorted(t["thread_id"] for t in r.json()["data"])
+
+    assert await filtered(f'{{"run": "{uid}", "tags": ["even"]}}') == sorted(ids[0::2])
+    assert await filtered(f'{{"run": "{uid}", "nested": {{"deep": {{"k": 1}}}}}}') == sorted(
+        [ids[1], ids[4]])
+    assert await filtered(f'{{"run": "{uid}", "n": 3}}') == [ids[3]]
+    assert await filtered(f'{{"run": "{uid}", "n": "3"}}') == [], "types must match"
+    assert await filtered(f'{{"run": "{uid}", "tags": "even"}}') == [], "not top-level array"
+
+    mid = (await client.get(f"/v1/threads/{ids[3]}")).json()["updated_at"]
+    later = await client.get("/v1/threads", params={"metadata": f'{{"run": "{uid}"}}',
+                                                    "updated_after": mid})
+    assert sorted(t["thread_id"] for t in later.json()["data"]) == sorted(ids[4:])
+
+
+async def test_list_bad_parameters(client: httpx.AsyncClient) -> None:
+    for params, status, code in [
+        ({"limit": 0}, 422, None), ({"limit": 101}, 422, None),
+        ({"metadata": "[1]"}, 422, "validation_failed"), ({"metadata": "{oops"}, 422, None),
+        ({"cursor": "garbage"}, 400, "invalid_cursor"),
+        ({"updated_after": "yesterday"}, 422, None),
+    ]:
+        r = await client.get("/v1/threads", params=params)
+        assert r.status_code == status, (params, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        if code:
+            assert r.json()["code"] == code
+
+
+async def test_request_id(client: httpx.AsyncClient) -> None:
+    echoed = await client.get("/healthz", headers={"X-Request-ID": "abc-123"})
+    assert echoed.headers["x-request-id"] == "abc-123"
+    generated = await client.get("/v1/threads/does-not-exist")
+    assert len(generated.headers["x-request-id"]) >= 16
+    assert generated.status_code == 404
+    assert generated.json()["instance"] == "/v1/threads/does-not-exist"
