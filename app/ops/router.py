@@ -5,11 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
-from sqlalchemy import text
-
-from app.core.errors import NotReady
 from app.core.problems import responses
-from app.db import migrate
+from app.ops.service import check_ready
 
 router = APIRouter(tags=["operations"])
 
@@ -31,21 +28,9 @@ async def healthz() -> Health:
 
 @router.get("/readyz", responses=responses(503), summary="Database reachable and migrated")
 async def readyz(request: Request) -> Readiness:
-    db = request.app.state.db
-    retry = {"Retry-After": str(request.app.state.settings.retry_after_seconds)}
-    try:
-        async with db.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        current = await migrate.current_revision(db.engine)
-    except Exception:  # noqa: BLE001 - any failure to reach the database means not ready
-        raise NotReady("The database is unreachable.", headers=retry) from None
-    head = request.app.state.schema_head
-    if current != head:
-        raise NotReady(
-            f"The database schema is at {current or 'nothing'}, not {head}; run `agentstate migrate`.",
-            headers=retry,
-        )
-    return Readiness(status="ready", database=db.dialect, schema_revision=current)
+    state = request.app.state
+    revision = await check_ready(state.db, state.schema_head, state.settings.retry_after_seconds)
+    return Readiness(status="ready", database=state.db.dialect, schema_revision=revision)
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics")
