@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 
 import httpx
 import pytest
@@ -11,7 +12,7 @@ from sqlalchemy.engine import make_url
 
 from app.core.settings import Settings
 from app.main import create_app
-from tests.support import create_postgres_database, drop_postgres_database
+from tests.support import ServerProcess, create_postgres_database, drop_postgres_database
 
 pytestmark = pytest.mark.anyio
 
@@ -162,3 +163,17 @@ async def test_database_outage_is_503_and_recovers(database_url: str, backend: s
             assert back.status_code == 200, "recovers without a restart"
             assert (await client.get("/readyz")).status_code == 200
     await proxy.stop()
+
+
+def test_logs_are_json_lines_with_request_ids_and_no_bodies(database_url: str, uid: str) -> None:
+    marker = f"body-secret-{uid}"
+    with ServerProcess(database_url) as server:
+        httpx.put(f"{server.base_url}/v1/threads/{uid}", json={"state": {"token": marker}},
+                  headers={"X-Request-ID": f"req-{uid}", "Authorization": f"Bearer {marker}"})
+        httpx.get(f"{server.base_url}/v1/threads/{uid}?note={marker}")
+    lines = [line for line in server.logs().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines]  # every line is one JSON object
+    access = [r for r in records if r["logger"] == "agentstate.access"]
+    assert any(r.get("request_id") == f"req-{uid}" and r["status"] == 201 for r in access)
+    assert all(r["route"] != "unmatched" for r in access)
+    assert marker not in server.logs(), "bodies, headers and query strings are never logged"
