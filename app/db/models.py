@@ -1,7 +1,9 @@
 """Every mapped class, imported so that `Base.metadata` is complete (Alembic, `alembic check`)."""
 
+from app.agent_states.models import AgentState
 from app.db.base import Base
 from app.events.models import Event
+from app.mcp_servers.models import McpServer
 from app.threads.models import Thread
 
-__all__ = ["Base", "Event", "Thread"]
+__all__ = ["AgentState", "Base", "Event", "McpServer", "Thread"]
