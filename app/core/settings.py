@@ -1,4 +1,8 @@
-"""Settings, read from `AGENTSTATE_*` environment variables (and an optional `.env`).
+"""Settings, read from `AGENTSTATE_*` environment variables, an optional `.env`, and files.
+
+A file named like the variable (`AGENTSTATE_DATABASE_URL`) in the secrets directory supplies
+that setting when the environment does not: that is how `podman secret`s reach the service
+(see `secrets_dir()`).
 
 Nothing reads the environment at import time: `Settings()` is built by the CLI (or a test)
 and handed to `create_app(settings)`.
@@ -12,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import PydanticBaseSettingsSource, SecretsSettingsSource
 
 
 def data_dir() -> Path:
@@ -24,6 +29,23 @@ def data_dir() -> Path:
 
 def default_database_url() -> str:
     return f"sqlite+aiosqlite:///{data_dir() / 'state.db'}"
+
+
+def secrets_dir() -> Path | None:
+    """`$AGENTSTATE_SECRETS_DIR`, else `/run/secrets` when it exists.
+
+    Podman and Docker mount each secret as a file under /run/secrets. Files rather than
+    `type=env` secrets: an environment is inherited by every child process, and podman 5.4
+    shows an env secret given a `target=` in clear in `podman inspect`.
+    """
+    configured = os.environ.get("AGENTSTATE_SECRETS_DIR", "").strip()
+    if configured:
+        # A mistyped directory must not quietly leave the database URL at its SQLite default.
+        if not Path(configured).is_dir():
+            raise ValueError(f"AGENTSTATE_SECRETS_DIR={configured} is not a directory")
+        return Path(configured)
+    default = Path("/run/secrets")
+    return default if default.is_dir() else None
 
 
 def normalise_database_url(url: str) -> str:
@@ -77,6 +99,21 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Resolved per instance, not at import time; an explicit `_secrets_dir=` still wins.
+        source = file_secret_settings
+        if isinstance(source, SecretsSettingsSource) and source.secrets_dir is None:
+            source.secrets_dir = secrets_dir()
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
 
     @field_validator("database_url")
     @classmethod

@@ -1,0 +1,115 @@
+"""Graceful shutdown: on SIGTERM (what `podman stop` sends) a real `agentstate serve` stops
+accepting connections and lets the requests already in flight finish.
+
+The in-flight request is made slow honestly: the test holds a write lock on the real
+database, so the request waits inside its transaction until the test lets go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.support import ServerProcess
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@asynccontextmanager
+async def write_lock(database_url: str) -> AsyncIterator[None]:
+    """Block every writer of the threads table until the block exits."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        connection = sqlite3.connect(url.database, isolation_level=None)
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            connection.rollback()
+            connection.close()
+        return
+    import asyncpg
+
+    connection = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                       password=url.password, database=url.database)
+    try:
+        async with connection.transaction():
+            # SHARE conflicts with the INSERT's ROW EXCLUSIVE but lets reads through.
+            await connection.execute("LOCK TABLE threads IN SHARE MODE")
+            yield
+    finally:
+        await connection.close()
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.05)
+
+
+def connections_in_use(server: ServerProcess) -> int:
+    try:
+        text = httpx.get(f"{server.base_url}/metrics", timeout=2).text
+    except httpx.TransportError:
+        return 0
+    match = re.search(r"^agentstate_db_pool_in_use (\S+)$", text, flags=re.M)
+    return int(float(match.group(1))) if match else 0
+
+
+def refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_sigterm_drains_in_flight_requests(database_url: str, uid: str, workers: int) -> None:
+    thread_id = f"drain-{uid}"
+    # The busy timeout must outlast the test's hold on the SQLite write lock.
+    server = ServerProcess(database_url, args=("--workers", str(workers)),
+                           env={"AGENTSTATE_SQLITE_BUSY_TIMEOUT_MS": "120000"})
+    with server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            async with write_lock(database_url):
+                in_flight = asyncio.create_task(
+                    client.post("/v1/threads", json={"thread_id": thread_id, "state": {"n": 1}}))
+                # Inside its transaction, waiting on the lock: a pooled connection is in use.
+                await eventually(lambda: connections_in_use(server) >= 1,
+                                 "the request holds a database connection")
+                assert server.process is not None
+                server.process.send_signal(signal.SIGTERM)
+                # uvicorn's own word that it is past closing the listener and is now waiting
+                # for the open request; only then does the test let the request go on.
+                await eventually(lambda: "Waiting for connections to close" in server.logs(),
+                                 "the server drains")
+                if workers == 1:
+                    assert refuses_connections(server.port)
+                # (With workers the supervisor keeps the listening socket open until its
+                # workers have drained: a new connection waits in the backlog instead.)
+                assert not in_flight.done()
+            response = await in_flight
+        assert response.status_code == 201, response.text
+        assert response.json()["thread_id"] == thread_id
+        # A single uvicorn re-raises the SIGTERM once drained, so it ends "killed by SIGTERM"
+        # (a clean stop to systemd and podman); the multi-worker supervisor returns 0.
+        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
+    assert "Traceback" not in server.logs()
+
+    # The drained request was committed, not cut off.
+    with ServerProcess(database_url) as after:
+        stored = httpx.get(f"{after.base_url}/v1/threads/{thread_id}", timeout=10)
+    assert stored.status_code == 200 and stored.json()["state"] == {"n": 1}
