@@ -65,11 +65,10 @@ def if_match(
 IfMatch = Annotated[ETagList | None, Depends(if_match)]
 
 
-def created(body: dict[str, Any], replayed: bool) -> JSONResponse:
-    """201 with the thread's new ETag; a replay says so (`Idempotent-Replayed`)."""
-    headers = {"ETag": etag(body["thread_revision"])}
+def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JSONResponse:
+    """201, the same bytes for the first answer and its replays (which say so)."""
     if replayed:
-        headers["Idempotent-Replayed"] = "true"
+        headers = {**headers, "Idempotent-Replayed": "true"}
     return JSONResponse(body, status_code=201, headers=headers)
 
 
@@ -87,7 +86,7 @@ async def append_messages(
     body, replayed = await MessageService(session, principal, settings).append(
         thread_id, messages, pre, idempotency
     )
-    return created(body, replayed)
+    return created(body, replayed, {"ETag": etag(body["thread_revision"])})
 
 
 @router.get("", responses=responses(404), summary="Page through a thread's messages")

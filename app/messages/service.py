@@ -49,6 +49,7 @@ class MessageService:
         self.settings = settings
         self.repo = MessageRepository(session, principal.tenant_id)
         self.threads = ThreadRepository(session, principal.tenant_id)
+        self.thread_service = ThreadService(session, principal, settings)
 
     async def append(self, thread_id: str, messages: list[MessageIn], if_match: ETagList | None,
                      idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
@@ -81,17 +82,10 @@ class MessageService:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
         if current is not None or if_match is not None:
             raise RevisionMismatch(current.revision if current is not None else None)
-        await ThreadService(self.session, self.principal, self.settings).ensure_live(thread_id)
+        await self.thread_service.ensure_live(thread_id)
         row = await self.threads.advance(thread_id, seqs=count, live_delta=count)
         if row is None:  # deleted between the create and here
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        return row
-
-    async def live_thread(self, thread_id: str) -> Row[Any]:
-        """A thread readers may see (a tombstone reads as 404, as on GET /v1/threads/{id})."""
-        row = await self.threads.get(thread_id)
-        if row is None or row.deleted_at is not None:
-            raise NotFound(f"Thread {thread_id!r} does not exist.")
         return row
 
     async def page(self, thread_pk: int, *, view: View = "live", order: Order = "asc",
@@ -113,11 +107,11 @@ class MessageService:
         return [to_out(row) for row in page], next_cursor
 
     async def list(self, thread_id: str, **filters: Any) -> tuple[list[MessageOut], str | None]:
-        thread = await self.live_thread(thread_id)
+        thread = await self.thread_service.live_row(thread_id)
         return await self.page(thread.id, **filters)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
-        thread = await self.live_thread(thread_id)
+        thread = await self.thread_service.live_row(thread_id)
         row = await self.repo.get(thread.id, message_id)
         if row is None:
             raise NotFound(f"Message {message_id!r} does not exist in thread {thread_id!r}.")
@@ -125,7 +119,7 @@ class MessageService:
 
     async def thread_with_messages(self, thread_id: str, limit: int) -> ThreadWithMessages:
         """The thread and the first page of its live view, read in one transaction."""
-        thread = await self.live_thread(thread_id)
+        thread = await self.thread_service.live_row(thread_id)
         messages, next_cursor = await self.page(thread.id, limit=limit)
         return ThreadWithMessages(**thread_out(thread).model_dump(), messages=messages,
                                   messages_next_cursor=next_cursor)

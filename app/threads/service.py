@@ -92,10 +92,14 @@ class ThreadService:
         return to_out(row)
 
     async def get(self, thread_id: str) -> ThreadOut:
+        return to_out(await self.live_row(thread_id))
+
+    async def live_row(self, thread_id: str) -> Row[Any]:
+        """The row of a thread readers may see; a tombstone reads as 404."""
         row = await self.repo.get(thread_id)
         if row is None or row.deleted_at is not None:
             raise NotFound(f"Thread {thread_id!r} does not exist.")
-        return to_out(row)
+        return row
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
