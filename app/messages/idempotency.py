@@ -53,6 +53,7 @@ class Replay:
 async def idempotency_request(
     request: Request,
     idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key",
         description="Makes a retry safe: the same key and body replay the first response "
         "(kept at least 24 h). 1-255 printable ASCII characters; a quoted "
         "structured-field string is accepted too.",

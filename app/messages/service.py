@@ -77,16 +77,17 @@ class MessageService:
                             count: int) -> Row[Any]:
         """The append's UPDATE touched no row: create a missing thread (API.md section 3),
         or say why not (410 deleted, 412 If-Match not current)."""
+        if if_match is None:
+            # Also the path of a thread another request created since our UPDATE.
+            await self.thread_service.ensure_live(thread_id)
+            row = await self.threads.advance(thread_id, seqs=count, live_delta=count)
+            if row is None:  # deleted between the create and here
+                raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+            return row
         current = await self.threads.get(thread_id)
         if current is not None and current.deleted_at is not None:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        if current is not None or if_match is not None:
-            raise RevisionMismatch(current.revision if current is not None else None)
-        await self.thread_service.ensure_live(thread_id)
-        row = await self.threads.advance(thread_id, seqs=count, live_delta=count)
-        if row is None:  # deleted between the create and here
-            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        return row
+        raise RevisionMismatch(current.revision if current is not None else None)
 
     async def page(self, thread_pk: int, *, view: View = "live", order: Order = "asc",
                    cursor: str | None = None, after_seq: int | None = None,
