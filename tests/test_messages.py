@@ -4,6 +4,7 @@ section 3), on SQLite and Postgres."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import httpx
@@ -206,10 +207,11 @@ async def test_reads_404(client: httpx.AsyncClient, uid: str) -> None:
     await client.post(f"/v1/threads/{uid}/messages", json=msg(1))
     missing = await client.get(f"/v1/threads/{uid}/messages/nope")
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
-    for params in ({"cursor": "junk"}, {"cursor": "WyJ0aHJlYWRzIiwxXQ"}):
+    huge = base64.urlsafe_b64encode(json.dumps(["messages", 2**70, 1]).encode()).decode()
+    for params in ({"cursor": "junk"}, {"cursor": "WyJ0aHJlYWRzIiwxXQ"}, {"cursor": huge}):
         assert (await client.get(f"/v1/threads/{uid}/messages", params=params)).status_code == 400
     for params in ({"limit": 0}, {"limit": 1001}, {"view": "all"}, {"order": "up"},
-                   {"role": "robot"}):
+                   {"role": "robot"}, {"after_seq": 2**63}, {"before_seq": -1}):
         bad = await client.get(f"/v1/threads/{uid}/messages", params=params)
         assert bad.status_code == 422, params
 
@@ -236,6 +238,8 @@ async def test_pagination_over_250_messages_both_orders(client: httpx.AsyncClien
     assert [m["seq"] for m in last.json()["data"]] == [99, 98, 97, 96, 95]
     window = await all_messages(client, uid, after_seq=10, before_seq=31, limit=4)
     assert [m["seq"] for m in window] == list(range(11, 31))
+    window = await all_messages(client, uid, after_seq=10, before_seq=31, limit=4, order="desc")
+    assert [m["seq"] for m in window] == list(range(30, 10, -1))
     agents = await all_messages(client, uid, agent_name="agent1", role="user", limit=9)
     assert [m["seq"] for m in agents] == [i + 1 for i in range(260) if i % 3 == 1 and i % 2]
 

@@ -22,6 +22,7 @@ from app.threads.schemas import ThreadWithMessages
 from app.threads.service import ThreadService, messages_path, to_out as thread_out
 
 View = Literal["live", "full"]
+ABOVE_ANY_SEQ = 2**62
 Order = Literal["asc", "desc"]
 
 
@@ -95,12 +96,23 @@ class MessageService:
                    agent_name: str | None = None,
                    limit: int) -> tuple[list[MessageOut], str | None]:
         after = decode_cursor("messages", cursor, 2)
-        if after is not None and not all(type(value) is int for value in after):
+        if after is not None and not all(
+            type(value) is int and 0 <= value <= ABOVE_ANY_SEQ for value in after
+        ):
             raise InvalidCursor("The cursor is not one this list handed out.")
+        # Filters and the cursor become (position, seq) bounds: position > after_seq is
+        # (position, seq) > (after_seq, ABOVE_ANY_SEQ), position < before_seq is < (before_seq, 0).
+        lower = (after_seq, ABOVE_ANY_SEQ) if after_seq is not None else None
+        upper = (before_seq, 0) if before_seq is not None else None
+        if after is not None:
+            key = (after[0], after[1])
+            if order == "desc":
+                upper = min(upper, key) if upper else key
+            else:
+                lower = max(lower, key) if lower else key
         rows = await self.repo.page(
-            thread_pk, live=view == "live", descending=order == "desc",
-            after=(after[0], after[1]) if after else None, min_position=after_seq,
-            max_position=before_seq, role=role, agent_name=agent_name, limit=limit + 1,
+            thread_pk, live=view == "live", descending=order == "desc", lower=lower,
+            upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
         )
         page = rows[:limit]
         next_cursor = (encode_cursor("messages", [page[-1].position, page[-1].seq])
