@@ -73,7 +73,7 @@ def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JS
 
 
 @router.post("", status_code=201, response_model=AppendOut,
-             responses=responses(404, 409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
+             responses=responses(409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],
