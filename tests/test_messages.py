@@ -87,7 +87,8 @@ async def test_openai_fields_and_content_parts_round_trip_exactly(client: httpx.
     # Sent as raw bytes: key order, unicode, floats and nesting must come back unchanged.
     parts = '[{"type":"text","text":"héllo ✓","z":[1,2.5,{"b":1,"a":null}]},' \
             '{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]'
-    calls = '[{"id":"call_1","type":"function","function":{"name":"get","arguments":"{\\"q\\": 1}"}}]'
+    calls = ('[{"id":"call_1","type":"function",'
+             '"function":{"name":"get","arguments":"{\\"q\\": 1}"}}]')
     messages = [
         f'{{"role":"user","content":{parts},"name":"alice"}}',
         f'{{"role":"assistant","content":null,"tool_calls":{calls}}}',
@@ -186,7 +187,8 @@ async def test_if_match_on_append_and_deleted_threads(client: httpx.AsyncClient,
     ok = await client.post(url, json=msg(1), headers={"If-Match": '"1"'})
     assert ok.status_code == 201 and ok.headers["etag"] == '"2"'
 
-    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"2"'})).status_code == 204
+    deleted = await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"2"'})
+    assert deleted.status_code == 204
     for headers in ({}, {"If-Match": '"2"'}, {"Idempotency-Key": "late"}):
         late = await client.post(url, json=msg(2), headers=headers)
         assert late.status_code == 410, late.text
@@ -275,7 +277,8 @@ async def test_put_with_append_messages_is_one_revision(app, client: httpx.Async
     assert stale.status_code == 412
     bad = await client.put(url, headers={"If-Match": '"3"'}, json={
         "state": {}, "append_messages": [{"role": "user", "bogus": 1}]})
-    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
     final = (await client.get(url)).json()
     assert (final["revision"], final["state"], final["message_count"]) == (3, {"step": 3}, 3)
 

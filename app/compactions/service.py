@@ -76,6 +76,7 @@ class CompactionService:
         self.repo = CompactionRepository(session, principal.tenant_id)
         self.messages = MessageRepository(session, principal.tenant_id)
         self.threads = ThreadRepository(session, principal.tenant_id)
+        self.thread_service = ThreadService(session, principal, settings)
 
     async def _refuse(self, thread_id: str, if_match: ETagList | None) -> NoReturn:
         """Why the thread's conditional UPDATE touched no row."""
@@ -200,7 +201,7 @@ class CompactionService:
         after = decode_cursor("compactions", cursor, 1)
         if after is not None and type(after[0]) is not int:
             raise InvalidCursor("The cursor is not one this list handed out.")
-        thread = await ThreadService(self.session, self.principal, self.settings).live_row(thread_id)
+        thread = await self.thread_service.live_row(thread_id)
         rows = await self.repo.page(thread.id, after_seq=after[0] if after else None,
                                     limit=limit + 1)
         page = rows[:limit]
@@ -208,7 +209,7 @@ class CompactionService:
         return [to_out(row, thread_id) for row in page], next_cursor
 
     async def get(self, thread_id: str, compaction_id: str) -> CompactionDetail:
-        thread = await ThreadService(self.session, self.principal, self.settings).live_row(thread_id)
+        thread = await self.thread_service.live_row(thread_id)
         record = await self.repo.get(thread.id, compaction_id)
         if record is None:
             raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")

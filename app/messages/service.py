@@ -19,7 +19,8 @@ from app.messages.repository import MessageRepository
 from app.messages.schemas import AppendOut, MessageIn, MessageOut, check_batch
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import ThreadWithMessages
-from app.threads.service import ThreadService, messages_path, to_out as thread_out
+from app.threads.service import ThreadService, messages_path
+from app.threads.service import to_out as thread_out
 
 View = Literal["live", "full"]
 ABOVE_ANY_SEQ = 2**62
