@@ -352,3 +352,34 @@ async def test_openapi_declares_the_message_routes(client: httpx.AsyncClient) ->
     assert {"201", "409", "410", "412", "422"} <= set(append["responses"])
     assert "oneOf" in json.dumps(append["requestBody"])
     assert "Idempotency-Key" in [p["name"] for p in append["parameters"]]
+
+
+async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> None:
+    clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+               for _ in range(9)]
+    url = f"/v1/threads/{uid}/messages"
+    try:
+        await clients[0].post(url, json=msg(0))
+
+        async def appender(c: httpx.AsyncClient) -> list[int]:
+            return [(await c.post(url, json=msg(i))).status_code for i in range(10)]
+
+        async def deleter(c: httpx.AsyncClient) -> int:
+            await asyncio.sleep(0.05)
+            return (await c.delete(f"/v1/threads/{uid}", headers={"If-Match": "*"})).status_code
+
+        *appends, deleted = await asyncio.gather(*(appender(c) for c in clients[:8]),
+                                                 deleter(clients[8]))
+        assert deleted == 204
+        statuses = [s for seqs in appends for s in seqs]
+        assert set(statuses) <= {201, 410}, statuses
+        # Once gone, every later append of each agent is refused: nothing resurrects it.
+        assert all(seqs[seqs.index(410):] == [410] * (10 - seqs.index(410))
+                   for seqs in appends if 410 in seqs)
+        assert (await clients[0].get(url)).status_code == 404
+        again = await clients[0].put(f"/v1/threads/{uid}", json={"state": {}},
+                                     headers={"If-None-Match": "*"})
+        assert again.status_code == 201 and again.json()["message_count"] == 0
+        assert (await clients[0].get(url)).json()["data"] == [], "no orphans survived"
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
