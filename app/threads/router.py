@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
@@ -12,7 +12,14 @@ from app.core.pagination import Cursor, Limit, Page, set_next_link
 from app.core.problems import responses
 from app.core.schemas import json_object_param, name_path
 from app.db.session import ReadSession, WriteSession
-from app.threads.schemas import ThreadCreate, ThreadOut, ThreadPatch, ThreadReplace
+from app.messages.service import MessageService
+from app.threads.schemas import (
+    ThreadCreate,
+    ThreadOut,
+    ThreadPatch,
+    ThreadReplace,
+    ThreadWithMessages,
+)
 from app.threads.service import ThreadService, thread_path
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
@@ -50,18 +57,28 @@ async def list_threads(
 
 
 @router.get("/{thread_id}", responses={**responses(404), 304: {"description": "Not Modified"}},
+            response_model=ThreadWithMessages, response_model_exclude_unset=True,
             summary="Get a thread")
 async def get_thread(
     thread_id: ThreadId, response: Response, session: ReadSession, principal: ReadAccess,
     settings: SettingsDep, if_none_match: Annotated[str | None, Header()] = None,
+    include: Annotated[Literal["messages"] | None, Query(
+        description="`messages`: add the first page of the live view as `messages`.")] = None,
+    messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
+                                         "page size, 1-1000.")] = 100,
 ) -> ThreadOut:
-    thread = await ThreadService(session, principal, settings).get(thread_id)
+    if include == "messages":
+        thread = await MessageService(session, principal, settings).thread_with_messages(
+            thread_id, messages_limit
+        )
+    else:
+        thread = await ThreadService(session, principal, settings).get(thread_id)
     if not_modified(if_none_match, thread.revision):
         return Response(status_code=304, headers={"ETag": etag(thread.revision)})  # type: ignore[return-value]
     return _with_etag(response, thread)
 
 
-@router.put("/{thread_id}", responses={**responses(410, 412, 428), 201: {"model": ThreadOut}},
+@router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
             summary="Create or replace a thread")
 async def put_thread(thread_id: ThreadId, body: ThreadReplace, response: Response,
                      session: WriteSession, principal: WriteAccess, settings: SettingsDep,
