@@ -58,7 +58,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def keyed_database_url(request: pytest.FixtureRequest,
+def secured_database_url(request: pytest.FixtureRequest,
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database of each backend for one module's tests that create API keys
     (which end open mode for everyone on that database)."""
@@ -105,16 +105,16 @@ def uid() -> str:
 
 
 @pytest.fixture
-async def keyed_app(keyed_database_url: str) -> AsyncIterator[FastAPI]:
-    application = create_app(Settings(database_url=keyed_database_url, auto_migrate=False,
+async def secured_app(secured_database_url: str) -> AsyncIterator[FastAPI]:
+    application = create_app(Settings(database_url=secured_database_url, auto_migrate=False,
                                       _env_file=None))  # type: ignore[call-arg]
     async with application.router.lifespan_context(application):
         yield application
 
 
 @pytest.fixture
-async def keyed_client(keyed_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+async def secured_client(secured_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a server whose database has API keys: send `Authorization: Bearer`."""
-    transport = httpx.ASGITransport(app=keyed_app)
+    transport = httpx.ASGITransport(app=secured_app)
     async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
         yield c

@@ -17,9 +17,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, or_, select, update
 
-from app.auth.tenancy import UnscopedQuery, cross_tenant, unscoped_tables
+from app.auth.dependencies import ReadAccess, WriteAccess
+from app.auth.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.cli import is_loopback
 from app.core.settings import Settings
+from app.db.session import ReadSession, WriteSession
 from app.events.models import Event
 from app.main import create_app
 from app.threads.models import Thread
@@ -61,8 +63,8 @@ def assert_401(response: httpx.Response) -> dict:
 
 # --- the CLI -------------------------------------------------------------------------------
 
-def test_keys_cli(keyed_database_url: str, uid: str) -> None:
-    created = agentstate(keyed_database_url, "keys", "create", "--tenant", f"t-{uid}",
+def test_keys_cli(secured_database_url: str, uid: str) -> None:
+    created = agentstate(secured_database_url, "keys", "create", "--tenant", f"t-{uid}",
                          "--name", "ci", "--scopes", "read,secrets:read")
     assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
@@ -70,88 +72,88 @@ def test_keys_cli(keyed_database_url: str, uid: str) -> None:
     assert key_id(token) in created.stderr and "only this once" in created.stderr
     assert token not in created.stderr
 
-    listed = agentstate(keyed_database_url, "keys", "list", "--tenant", f"t-{uid}")
+    listed = agentstate(secured_database_url, "keys", "list", "--tenant", f"t-{uid}")
     assert listed.returncode == 0, listed.stderr
     assert key_id(token) in listed.stdout and "read,secrets:read" in listed.stdout
-    as_json = agentstate(keyed_database_url, "keys", "list", "--json")
+    as_json = agentstate(secured_database_url, "keys", "list", "--json")
     assert key_id(token) in as_json.stdout
     for output in (listed.stdout, as_json.stdout):
         assert token.split("_", 2)[2] not in output and "hash" not in output
 
-    revoked = agentstate(keyed_database_url, "keys", "revoke", key_id(token))
+    revoked = agentstate(secured_database_url, "keys", "revoke", key_id(token))
     assert revoked.returncode == 0 and "revoked" in revoked.stderr
-    again = agentstate(keyed_database_url, "keys", "revoke", key_id(token))
+    again = agentstate(secured_database_url, "keys", "revoke", key_id(token))
     assert again.returncode == 0 and "already revoked" in again.stderr
-    listed = agentstate(keyed_database_url, "keys", "list", "--tenant", f"t-{uid}", "--json")
+    listed = agentstate(secured_database_url, "keys", "list", "--tenant", f"t-{uid}", "--json")
     assert '"revoked_at": null' not in listed.stdout
 
     for bad in (["revoke", "0123456789abcdef"],
                 ["create", "--name", "x", "--scopes", "read,wirte"],
                 ["create", "--name", "x", "--tenant", ".hidden"]):
-        refused = agentstate(keyed_database_url, "keys", *bad)
+        refused = agentstate(secured_database_url, "keys", *bad)
         assert refused.returncode == 1 and refused.stderr.startswith("agentstate: "), bad
         assert "Traceback" not in refused.stderr and refused.stdout == ""
 
 
 # --- keys over HTTP ------------------------------------------------------------------------
 
-async def test_key_names_tenant_scopes_and_actor(keyed_app: FastAPI,
-                                                 keyed_client: httpx.AsyncClient,
-                                                 keyed_database_url: str, uid: str) -> None:
+async def test_key_names_tenant_scopes_and_actor(secured_app: FastAPI,
+                                                 secured_client: httpx.AsyncClient,
+                                                 secured_database_url: str, uid: str) -> None:
     tenant = f"t-{uid}"
-    writer = create_key(keyed_database_url, tenant)
-    reader = create_key(keyed_database_url, tenant, "read")
-    admin = create_key(keyed_database_url, tenant, "admin")
+    writer = create_key(secured_database_url, tenant)
+    reader = create_key(secured_database_url, tenant, "read")
+    admin = create_key(secured_database_url, tenant, "admin")
 
-    made = await keyed_client.put(f"/v1/threads/{uid}", json={"state": {"n": 1}},
+    made = await secured_client.put(f"/v1/threads/{uid}", json={"state": {"n": 1}},
                              headers=bearer(writer))
     assert made.status_code == 201, made.text
-    assert (await keyed_client.get(f"/v1/threads/{uid}", headers=bearer(reader))).status_code == 200
-    denied = await keyed_client.delete(f"/v1/threads/{uid}", headers={**bearer(reader),
+    assert (await secured_client.get(f"/v1/threads/{uid}", headers=bearer(reader))).status_code == 200
+    denied = await secured_client.delete(f"/v1/threads/{uid}", headers={**bearer(reader),
                                                                   "If-Match": '"1"'})
     assert denied.status_code == 403 and denied.json()["code"] == "forbidden"
     assert "'write'" in denied.json()["detail"]
-    patched = await keyed_client.patch(f"/v1/threads/{uid}", json={"state": {"n": 2}},
+    patched = await secured_client.patch(f"/v1/threads/{uid}", json={"state": {"n": 2}},
                                   headers={**bearer(admin), "If-Match": '"1"'})
     assert patched.status_code == 200, "admin implies every scope"
-    assert await actors(keyed_app, tenant, uid) == [key_id(writer), key_id(admin)]
+    assert await actors(secured_app, tenant, uid) == [key_id(writer), key_id(admin)]
 
 
-async def test_bad_credentials_are_401(keyed_client: httpx.AsyncClient, keyed_database_url: str,
+async def test_bad_credentials_are_401(secured_client: httpx.AsyncClient, secured_database_url: str,
                                        uid: str) -> None:
-    token = create_key(keyed_database_url, f"t-{uid}")
-    body = assert_401(await keyed_client.get("/v1/threads"))
+    token = create_key(secured_database_url, f"t-{uid}")
+    body = assert_401(await secured_client.get("/v1/threads"))
     assert "agentstate keys create" in body["detail"] and body["code"] == "unauthorized"
     flipped = token[:-1] + ("B" if token.endswith("A") else "A")
     for header in (f"Bearer {flipped}",
                    f"Bearer agst_{'0' * 16}_{token.split('_', 2)[2]}", "Bearer nonsense",
                    "Bearer ", f"Basic {token}", token, f"bearer {token}x"):
-        body = assert_401(await keyed_client.get("/v1/threads", headers={"Authorization": header}))
+        body = assert_401(await secured_client.get("/v1/threads", headers={"Authorization": header}))
         assert token not in body["detail"]
     # The scheme name is case-insensitive (RFC 9110).
-    assert (await keyed_client.get("/v1/threads", headers={"Authorization": f"bearer {token}"})
+    assert (await secured_client.get("/v1/threads", headers={"Authorization": f"bearer {token}"})
             ).status_code == 200
 
 
-async def test_tenants_never_see_each_other(keyed_client: httpx.AsyncClient,
-                                            keyed_database_url: str, uid: str) -> None:
-    a = create_key(keyed_database_url, f"a-{uid}")
-    b = create_key(keyed_database_url, f"b-{uid}")
-    assert (await keyed_client.put(f"/v1/threads/{uid}", json={"state": {"owner": "a"}},
+async def test_tenants_never_see_each_other(secured_client: httpx.AsyncClient,
+                                            secured_database_url: str, uid: str) -> None:
+    a = create_key(secured_database_url, f"a-{uid}")
+    b = create_key(secured_database_url, f"b-{uid}")
+    assert (await secured_client.put(f"/v1/threads/{uid}", json={"state": {"owner": "a"}},
                               headers=bearer(a))).status_code == 201
-    hidden = await keyed_client.get(f"/v1/threads/{uid}", headers=bearer(b))
-    missing = await keyed_client.get(f"/v1/threads/x{uid}", headers=bearer(b))
+    hidden = await secured_client.get(f"/v1/threads/{uid}", headers=bearer(b))
+    missing = await secured_client.get(f"/v1/threads/x{uid}", headers=bearer(b))
     assert hidden.status_code == missing.status_code == 404
     assert hidden.json() == {**missing.json(), "detail": missing.json()["detail"].replace(
         f"x{uid}", uid), "instance": f"/v1/threads/{uid}"}
-    assert (await keyed_client.get("/v1/threads", headers=bearer(b))).json()["data"] == []
+    assert (await secured_client.get("/v1/threads", headers=bearer(b))).json()["data"] == []
 
     # The same id is B's own thread: made, changed and deleted without touching A's.
-    assert (await keyed_client.put(f"/v1/threads/{uid}", json={"state": {"owner": "b"}},
+    assert (await secured_client.put(f"/v1/threads/{uid}", json={"state": {"owner": "b"}},
                               headers=bearer(b))).status_code == 201
-    assert (await keyed_client.delete(f"/v1/threads/{uid}", headers={**bearer(b), "If-Match": '"1"'})
+    assert (await secured_client.delete(f"/v1/threads/{uid}", headers={**bearer(b), "If-Match": '"1"'})
             ).status_code == 204
-    mine = await keyed_client.get(f"/v1/threads/{uid}", headers=bearer(a))
+    mine = await secured_client.get(f"/v1/threads/{uid}", headers=bearer(a))
     assert mine.status_code == 200 and mine.json()["state"] == {"owner": "a"}
     assert mine.json()["revision"] == 1
 
@@ -239,12 +241,12 @@ def wait_for(condition, what: str, deadline: float = 60.0) -> None:  # noqa: ANN
 
 
 @pytest.mark.slow
-def test_tokens_never_reach_the_logs(keyed_database_url: str, uid: str) -> None:
-    good = create_key(keyed_database_url, f"t-{uid}")
-    revoked = create_key(keyed_database_url, f"t-{uid}")
-    revoke_key(keyed_database_url, revoked)
+def test_tokens_never_reach_the_logs(secured_database_url: str, uid: str) -> None:
+    good = create_key(secured_database_url, f"t-{uid}")
+    revoked = create_key(secured_database_url, f"t-{uid}")
+    revoke_key(secured_database_url, revoked)
     secrets = [good, revoked, f"{good[:-3]}abc", f"agst_{'2' * 16}_{'s' * 43}", "Bearer-ish-junk"]
-    with ServerProcess(keyed_database_url, env={"AGENTSTATE_LOG_LEVEL": "DEBUG"}) as server:
+    with ServerProcess(secured_database_url, env={"AGENTSTATE_LOG_LEVEL": "DEBUG"}) as server:
         for token in secrets:
             for method, path in (("GET", "/v1/threads"), ("PUT", f"/v1/threads/{uid}"),
                                  ("GET", f"/v1/threads/{uid}?x=1")):
@@ -275,6 +277,11 @@ t = Thread.__table__
     (select(t.c.id).select_from(select(t).subquery()), {"threads"}),
     (select(t, Event).join(Event, Event.thread_id == t.c.thread_id).where(t.c.tenant_id == "a"),
      {"events"}),
+    (update(t).where(t.c.id == 7).values(revision=1), set()),
+    (delete(t).where(t.c.id.in_(select(t.c.id).where(t.c.tenant_id == "a").scalar_subquery())),
+     set()),
+    (delete(t).where(t.c.id.in_(select(t.c.id).scalar_subquery())), {"threads"}),
+    (select(t).join(Event, Event.seq == t.c.id).where(Event.tenant_id == "a"), {"threads"}),
     (select(t, Event).join(Event, (Event.tenant_id == t.c.tenant_id)
                            & (Event.thread_id == t.c.thread_id)).where(t.c.tenant_id == "a"),
      set()),
@@ -283,29 +290,55 @@ def test_guard_rules(statement: object, unscoped: set[str]) -> None:
     assert unscoped_tables(statement) == unscoped
 
 
-async def test_guard_stops_unscoped_statements(app: FastAPI, client: httpx.AsyncClient,
-                                               uid: str) -> None:
+async def test_guard_stops_unscoped_statements_in_requests(app: FastAPI, uid: str) -> None:
+    """An endpoint that forgets the tenant filter answers 500 and reads or writes nothing."""
+    # Like a real server: the 500 is the answer, the exception is not re-raised to the caller.
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+                               base_url="http://agentstate.test")
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
-    db = app.state.db
-    async with db.write_sessions() as session:
-        with pytest.raises(UnscopedQuery, match="threads"):
-            await session.execute(update(t).where(t.c.thread_id == uid).values(revision=99))
-        await session.rollback()
-    async with db.read_sessions() as session:
-        for _ in range(2):  # the verdict is cached per compiled statement; it still holds
-            with pytest.raises(UnscopedQuery):
+
+    async def careless_read(session: ReadSession, _: ReadAccess) -> dict:
+        rows = await session.execute(select(t.c.revision).where(t.c.thread_id == uid))
+        return {"revisions": list(rows.scalars())}
+
+    async def careless_write(session: WriteSession, _: WriteAccess) -> dict:
+        await session.execute(update(t).where(t.c.thread_id == uid).values(revision=99))
+        return {}
+
+    async def deliberate(session: ReadSession, _: ReadAccess) -> dict:
+        rows = await session.execute(cross_tenant(select(t.c.tenant_id).where(t.c.thread_id == uid)))
+        return {"tenants": list(rows.scalars())}
+
+    app.add_api_route(f"/v1/careless-read-{uid}", careless_read)
+    app.add_api_route(f"/v1/careless-write-{uid}", careless_write, methods=["POST"])
+    app.add_api_route(f"/v1/deliberate-{uid}", deliberate)
+    for _ in range(2):  # the verdict is cached per compiled statement; it still holds
+        for response in (await client.get(f"/v1/careless-read-{uid}"),
+                         await client.post(f"/v1/careless-write-{uid}")):
+            assert response.status_code == 500, response.text
+            assert response.headers["content-type"] == "application/problem+json"
+            assert "threads" not in response.text and "SELECT" not in response.text.upper()
+    assert (await client.get(f"/v1/deliberate-{uid}")).json() == {"tenants": ["default"]}
+    assert (await client.get(f"/v1/threads/{uid}")).json()["revision"] == 1, "nothing written"
+    await client.aclose()
+
+
+async def test_guard_leaves_code_outside_requests_alone(app: FastAPI, uid: str) -> None:
+    """CLI maintenance and tests read across tenants; only request handling is guarded."""
+    async with app.state.db.read_sessions() as session:
+        assert (await session.execute(select(t).where(t.c.thread_id == uid))).first() is None
+        token = request_tenant.set("default")
+        try:
+            with pytest.raises(UnscopedQuery, match="threads"):
                 await session.execute(select(t).where(t.c.thread_id == uid))
-        scoped = select(t.c.revision).where(t.c.tenant_id == "default", t.c.thread_id == uid)
-        assert (await session.execute(scoped)).scalar_one() == 1, "nothing was written"
-        everyone = cross_tenant(select(t.c.tenant_id).where(t.c.thread_id == uid))
-        assert (await session.execute(everyone)).scalars().all() == ["default"]
-    assert (await client.get(f"/v1/threads/{uid}")).status_code == 200
+        finally:
+            request_tenant.reset(token)
 
 
-async def test_concurrent_first_use_of_a_key(keyed_client: httpx.AsyncClient,
-                                                             keyed_database_url: str,
+async def test_concurrent_first_use_of_a_key(secured_client: httpx.AsyncClient,
+                                                             secured_database_url: str,
                                                              uid: str) -> None:
-    token = create_key(keyed_database_url, f"t-{uid}")
-    responses = await asyncio.gather(*(keyed_client.get("/v1/threads", headers=bearer(token))
+    token = create_key(secured_database_url, f"t-{uid}")
+    responses = await asyncio.gather(*(secured_client.get("/v1/threads", headers=bearer(token))
                                        for _ in range(50)))
     assert {r.status_code for r in responses} == {200}

@@ -63,15 +63,15 @@ class Keys:
 
 
 @pytest.fixture(scope="module")
-def keys(keyed_database_url: str) -> Keys:
+def keys(secured_database_url: str) -> Keys:
     tenant_a, tenant_b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
-    revoked = create_key(keyed_database_url, tenant_a)
-    revoke_key(keyed_database_url, revoked)
+    revoked = create_key(secured_database_url, tenant_a)
+    revoke_key(secured_database_url, revoked)
     return Keys(
-        a=create_key(keyed_database_url, tenant_a),
-        a_read=create_key(keyed_database_url, tenant_a, "read"),
-        a_secrets=create_key(keyed_database_url, tenant_a, "read,secrets:read"),
-        b=create_key(keyed_database_url, tenant_b),
+        a=create_key(secured_database_url, tenant_a),
+        a_read=create_key(secured_database_url, tenant_a, "read"),
+        a_secrets=create_key(secured_database_url, tenant_a, "read,secrets:read"),
+        b=create_key(secured_database_url, tenant_b),
         revoked=revoked,
     )
 
@@ -190,23 +190,23 @@ def assert_unauthorized(response: httpx.Response, op: Op) -> None:
     assert response.json()["code"] == "unauthorized"
 
 
-async def test_every_operation_declares_the_bearer_scheme(keyed_client: httpx.AsyncClient) -> None:
-    spec, ops = await operations(keyed_client)
+async def test_every_operation_declares_the_bearer_scheme(secured_client: httpx.AsyncClient) -> None:
+    spec, ops = await operations(secured_client)
     assert spec["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     for op in ops:
         assert op.spec.get("security") == [{"ApiKey": []}], (op.method, op.path)
         assert {"401", "403"} <= set(op.spec["responses"]), (op.method, op.path)
     for path in ("/healthz", "/readyz", "/metrics"):
         assert "security" not in spec["paths"][path]["get"], path
-        assert (await keyed_client.get(path)).status_code == 200, "operations stay unauthenticated"
-    assert (await keyed_client.get("/openapi.json")).status_code == 200
+        assert (await secured_client.get(path)).status_code == 200, "operations stay unauthenticated"
+    assert (await secured_client.get("/openapi.json")).status_code == 200
 
 
-async def test_matrix(keyed_client: httpx.AsyncClient, keys: Keys) -> None:
-    spec, ops = await operations(keyed_client)
-    values, learned = await seed(keyed_client, spec, ops, keys.a)
+async def test_matrix(secured_client: httpx.AsyncClient, keys: Keys) -> None:
+    spec, ops = await operations(secured_client)
+    values, learned = await seed(secured_client, spec, ops, keys.a)
     gets = [op for op in ops if op.method == "get"]
-    before = {op.path: await call(keyed_client, spec, op, values, keys.a) for op in gets}
+    before = {op.path: await call(secured_client, spec, op, values, keys.a) for op in gets}
     # Single resources (not pages) that tenant A owns: B must get exactly a missing id's 404.
     owned = [op for op in gets if op.params and before[op.path].status_code == 200
              and "data" not in before[op.path].json()]
@@ -214,11 +214,11 @@ async def test_matrix(keyed_client: httpx.AsyncClient, keys: Keys) -> None:
 
     for op in ops:
         # No key, a revoked key, a malformed key: 401 whatever the operation.
-        assert_unauthorized(await call(keyed_client, spec, op, values, None), op)
-        assert_unauthorized(await call(keyed_client, spec, op, values, keys.revoked), op)
-        assert_unauthorized(await call(keyed_client, spec, op, values, keys.a[:-2] + "zz"), op)
+        assert_unauthorized(await call(secured_client, spec, op, values, None), op)
+        assert_unauthorized(await call(secured_client, spec, op, values, keys.revoked), op)
+        assert_unauthorized(await call(secured_client, spec, op, values, keys.a[:-2] + "zz"), op)
         # A read-only key of the owner: reads pass, writes are 403 before anything happens.
-        read_only = await call(keyed_client, spec, op, values, keys.a_read)
+        read_only = await call(secured_client, spec, op, values, keys.a_read)
         if op.method in WRITES:
             assert read_only.status_code == 403, (op.method, op.path, read_only.text)
             assert read_only.json()["code"] == "forbidden"
@@ -231,8 +231,8 @@ async def test_matrix(keyed_client: httpx.AsyncClient, keys: Keys) -> None:
     # Reads first (B has nothing anywhere yet), then writes, each on A's names and on fresh
     # ones: B's state evolves the same way on both, so every answer must match.
     for op in gets + [op for op in ops if op.method in WRITES]:
-        on_a = await call(keyed_client, spec, op, values, keys.b, learned)
-        on_fresh = await call(keyed_client, spec, op, fresh, keys.b, learned_fresh)
+        on_a = await call(secured_client, spec, op, values, keys.b, learned)
+        on_fresh = await call(secured_client, spec, op, fresh, keys.b, learned_fresh)
         where = (op.method, op.path, on_a.text, on_fresh.text)
         assert on_a.status_code == on_fresh.status_code, where
         assert on_a.status_code not in (401, 403, 500), where
@@ -244,26 +244,26 @@ async def test_matrix(keyed_client: httpx.AsyncClient, keys: Keys) -> None:
             assert not any(value in on_a.text for value in values.values()), where
 
     for op in gets:
-        after = await call(keyed_client, spec, op, values, keys.a)
+        after = await call(secured_client, spec, op, values, keys.a)
         assert (after.status_code, after.text) == (before[op.path].status_code,
                                                    before[op.path].text), (op.path, after.text)
 
 
-async def test_include_secrets_needs_the_secrets_scope(keyed_client: httpx.AsyncClient,
+async def test_include_secrets_needs_the_secrets_scope(secured_client: httpx.AsyncClient,
                                                        keys: Keys) -> None:
-    spec, ops = await operations(keyed_client)
+    spec, ops = await operations(secured_client)
     guarded = [op for op in ops if op.method == "get" and any(
         p["name"] == "include_secrets" for p in op.spec.get("parameters", []))]
     if not guarded:
         pytest.skip("no operation takes include_secrets yet")
-    values, _ = await seed(keyed_client, spec, ops, keys.a)
+    values, _ = await seed(secured_client, spec, ops, keys.a)
     for op in guarded:
         url = op.url(values)
-        denied = await keyed_client.get(url, params={"include_secrets": "true"},
+        denied = await secured_client.get(url, params={"include_secrets": "true"},
                                    headers=bearer(keys.a_read))
         assert denied.status_code == 403, (op.path, denied.text)
-        allowed = await keyed_client.get(url, params={"include_secrets": "true"},
+        allowed = await secured_client.get(url, params={"include_secrets": "true"},
                                     headers=bearer(keys.a_secrets))
         assert allowed.status_code not in (401, 403), (op.path, allowed.text)
-        masked = await keyed_client.get(url, headers=bearer(keys.a_read))
+        masked = await secured_client.get(url, headers=bearer(keys.a_read))
         assert masked.status_code not in (401, 403), (op.path, masked.text)

@@ -7,12 +7,14 @@ application's `Authenticator` (`app/auth/authenticator.py`).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from app.auth.tenancy import request_tenant
 from app.core.errors import Forbidden, Unauthorized
 
 OPEN_TENANT = "default"
@@ -37,13 +39,18 @@ class Principal:
 async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
+) -> AsyncIterator[Principal]:
     """The key's tenant and scopes; the anonymous owner of the default tenant when the
-    server runs open (no keys exist)."""
+    server runs open (no keys exist). The tenant guard checks statements while it is set."""
     if credentials is None and "authorization" in request.headers:
         raise Unauthorized("Use Authorization: Bearer <api key>.")
     token = credentials.credentials if credentials is not None else None
-    return await request.app.state.authenticator.authenticate(request.app.state.db, token)
+    principal = await request.app.state.authenticator.authenticate(request.app.state.db, token)
+    request_tenant.set(principal.tenant_id)
+    try:
+        yield principal
+    finally:
+        request_tenant.set(None)
 
 
 def require(scope: str):  # noqa: ANN201 - returns a FastAPI dependency

@@ -1,22 +1,25 @@
-"""The tenant guard: no statement reads or changes a tenant's rows without naming the tenant.
+"""The tenant guard: no request reads or changes a tenant's rows without naming the tenant.
 
 Repositories filter every statement by `tenant_id`. This guard makes forgetting that filter a
-loud error instead of a silent leak: before a statement reaches the database, every table with
-a `tenant_id` column that a SELECT, UPDATE or DELETE touches must be constrained by
-`tenant_id = :value` (or `IN (...)`) in an AND-chain of its WHERE or JOIN criteria, directly or
-through a `tenant_id = other.tenant_id` join to a constrained table. INSERTs need no check:
-`tenant_id` is NOT NULL, so a row without a tenant cannot be written.
+loud error instead of a silent leak: while a request is being served, every table with a
+`tenant_id` column that a SELECT, UPDATE or DELETE touches must be constrained, in an AND-chain
+of its WHERE or JOIN criteria, by `tenant_id = :value` (or `IN (...)`), by its primary key
+(internal ids never leave the server, so they can only come from a tenant-scoped read), or by
+`tenant_id = other.tenant_id` to a constrained table. INSERTs need no check: `tenant_id` is
+NOT NULL, so a row without a tenant cannot be written.
 
 The check runs on the compiled statement, which SQLAlchemy caches and reuses for every
 execution of the same statement shape; the verdict is cached with it, so in production the
-guard costs one set lookup per execution. A table opts out with `info={"cross_tenant": True}`
-(only `api_keys`), a statement with `cross_tenant(stmt)` (for deliberate maintenance queries).
+guard costs one set lookup per execution. Outside requests (CLI maintenance, tests reading
+rows directly) nothing is checked. A table opts out with `info={"cross_tenant": True}` (only
+`api_keys`), a statement with `cross_tenant(stmt)`.
 """
 
 from __future__ import annotations
 
 import logging
 import weakref
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from sqlalchemy import event
@@ -38,6 +41,8 @@ log = logging.getLogger("agentstate.tenancy")
 TENANT = "tenant_id"
 _OPTION = "agentstate_cross_tenant"
 S = TypeVar("S")
+# The tenant of the request being served, set by `current_principal`; None outside requests.
+request_tenant: ContextVar[str | None] = ContextVar("agentstate_request_tenant", default=None)
 
 
 class UnscopedQuery(RuntimeError):
@@ -56,7 +61,7 @@ def install_tenant_guard(engine: AsyncEngine) -> None:
     def _guard(_conn: Connection, _cursor: Any, _sql: str, _params: Any, context: Any,
                _executemany: bool) -> None:
         compiled = getattr(context, "compiled", None)
-        if compiled is None or compiled in checked:
+        if compiled is None or compiled in checked or request_tenant.get() is None:
             return
         if context.execution_options.get(_OPTION):
             return
@@ -124,25 +129,39 @@ def _conjuncts(criterion: Any) -> list[Any]:
     return [criterion]
 
 
-def _tenant_column(element: Any) -> str | None:
-    if isinstance(element, ColumnClause) and element.name == TENANT and element.table is not None:
-        return element.table.name
+def _column(element: Any) -> tuple[str, bool] | None:
+    """(table, is tenant_id) for a tenant_id or primary key column, else None."""
+    if isinstance(element, ColumnClause) and element.table is not None and (
+        element.name == TENANT or getattr(element, "primary_key", False)
+    ):
+        return element.table.name, element.name == TENANT
     return None
 
 
 def _tenant_equalities(criterion: Any) -> list[tuple[str, str | None]]:
-    """(table, None) for `table.tenant_id = :value`; (a, b) for `a.tenant_id = b.tenant_id`."""
+    """(table, None) for `table.tenant_id = :value` or `table.pk = :value`;
+    (a, b) for `a.tenant_id = b.tenant_id`."""
     found: list[tuple[str, str | None]] = []
     for part in _conjuncts(criterion):
         if not isinstance(part, BinaryExpression) or part.operator not in (
             operators.eq, operators.in_op
         ):
             continue
-        left, right = _tenant_column(part.left), _tenant_column(part.right)
+        left, right = _column(part.left), _column(part.right)
         if left and right:
-            found.append((left, right))
-        elif left and isinstance(part.right, (BindParameter, Grouping)):
-            found.append((left, None))
-        elif right and isinstance(part.left, BindParameter):
-            found.append((right, None))
+            if left[1] and right[1]:
+                found.append((left[0], right[0]))
+        elif left and _value(part.right, tenant=left[1]):
+            found.append((left[0], None))
+        elif right and _value(part.left, tenant=right[1]):
+            found.append((right[0], None))
     return found
+
+
+def _value(element: Any, *, tenant: bool) -> bool:
+    """A tenant_id may be compared with any value that is not a column (a bind, a scalar
+    subquery checked on its own); a primary key only with values from Python, since a
+    subquery over the same table would otherwise vouch for itself."""
+    return isinstance(element, BindParameter) or (
+        tenant and not isinstance(element, ColumnClause)
+    )
