@@ -118,7 +118,8 @@ async def _in_keys_session(settings: Settings, use: Callable[[Any], Awaitable[T]
         if settings.should_auto_migrate:
             await migrate.upgrade(db.engine)
         elif await migrate.current_revision(db.engine) != migrate.head_revision():
-            raise ServiceUnavailable("The database schema is not current; run `agentstate migrate`.")
+            raise ServiceUnavailable(
+                "The database schema is not current; run `agentstate migrate`.")
         async with db.write_sessions() as session:
             result = await use(ApiKeyService(session))
             await session.commit()

@@ -108,7 +108,8 @@ class ServerProcess:
 
 def agentstate(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run the `agentstate` CLI against a database, as an operator would."""
-    env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url, "AGENTSTATE_AUTO_MIGRATE": "false"}
+    env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
+           "AGENTSTATE_AUTO_MIGRATE": "false"}
     return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

@@ -42,8 +42,9 @@ TOKEN = re.compile(r"^agst_[0-9a-f]{16}_[A-Za-z0-9_-]{43}$")
 
 
 def app_for(url: str, **overrides: object) -> FastAPI:
-    return create_app(Settings(database_url=url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
-                               **overrides))
+    settings = Settings(  # type: ignore[call-arg]
+        database_url=url, auto_migrate=False, _env_file=None, **overrides)
+    return create_app(settings)
 
 
 async def actors(app: FastAPI, tenant: str, thread_id: str) -> list[str]:
@@ -108,7 +109,8 @@ async def test_key_names_tenant_scopes_and_actor(secured_app: FastAPI,
     made = await secured_client.put(f"/v1/threads/{uid}", json={"state": {"n": 1}},
                              headers=bearer(writer))
     assert made.status_code == 201, made.text
-    assert (await secured_client.get(f"/v1/threads/{uid}", headers=bearer(reader))).status_code == 200
+    read = await secured_client.get(f"/v1/threads/{uid}", headers=bearer(reader))
+    assert read.status_code == 200
     denied = await secured_client.delete(f"/v1/threads/{uid}", headers={**bearer(reader),
                                                                   "If-Match": '"1"'})
     assert denied.status_code == 403 and denied.json()["code"] == "forbidden"
@@ -128,7 +130,8 @@ async def test_bad_credentials_are_401(secured_client: httpx.AsyncClient, secure
     for header in (f"Bearer {flipped}",
                    f"Bearer agst_{'0' * 16}_{token.split('_', 2)[2]}", "Bearer nonsense",
                    "Bearer ", f"Basic {token}", token, f"bearer {token}x"):
-        body = assert_401(await secured_client.get("/v1/threads", headers={"Authorization": header}))
+        body = assert_401(await secured_client.get("/v1/threads",
+                                                   headers={"Authorization": header}))
         assert token not in body["detail"]
     # The scheme name is case-insensitive (RFC 9110).
     assert (await secured_client.get("/v1/threads", headers={"Authorization": f"bearer {token}"})
@@ -151,8 +154,9 @@ async def test_tenants_never_see_each_other(secured_client: httpx.AsyncClient,
     # The same id is B's own thread: made, changed and deleted without touching A's.
     assert (await secured_client.put(f"/v1/threads/{uid}", json={"state": {"owner": "b"}},
                               headers=bearer(b))).status_code == 201
-    assert (await secured_client.delete(f"/v1/threads/{uid}", headers={**bearer(b), "If-Match": '"1"'})
-            ).status_code == 204
+    deleted = await secured_client.delete(f"/v1/threads/{uid}",
+                                          headers={**bearer(b), "If-Match": '"1"'})
+    assert deleted.status_code == 204
     mine = await secured_client.get(f"/v1/threads/{uid}", headers=bearer(a))
     assert mine.status_code == 200 and mine.json()["state"] == {"owner": "a"}
     assert mine.json()["revision"] == 1
@@ -306,7 +310,8 @@ async def test_guard_stops_unscoped_statements_in_requests(app: FastAPI, uid: st
         return {}
 
     async def deliberate(session: ReadSession, _: ReadAccess) -> dict:
-        rows = await session.execute(cross_tenant(select(t.c.tenant_id).where(t.c.thread_id == uid)))
+        statement = cross_tenant(select(t.c.tenant_id).where(t.c.thread_id == uid))
+        rows = await session.execute(statement)
         return {"tenants": list(rows.scalars())}
 
     app.add_api_route(f"/v1/careless-read-{uid}", careless_read)

@@ -190,7 +190,8 @@ def assert_unauthorized(response: httpx.Response, op: Op) -> None:
     assert response.json()["code"] == "unauthorized"
 
 
-async def test_every_operation_declares_the_bearer_scheme(secured_client: httpx.AsyncClient) -> None:
+async def test_every_operation_declares_the_bearer_scheme(
+        secured_client: httpx.AsyncClient) -> None:
     spec, ops = await operations(secured_client)
     assert spec["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     for op in ops:
@@ -198,7 +199,7 @@ async def test_every_operation_declares_the_bearer_scheme(secured_client: httpx.
         assert {"401", "403"} <= set(op.spec["responses"]), (op.method, op.path)
     for path in ("/healthz", "/readyz", "/metrics"):
         assert "security" not in spec["paths"][path]["get"], path
-        assert (await secured_client.get(path)).status_code == 200, "operations stay unauthenticated"
+        assert (await secured_client.get(path)).status_code == 200, "stays unauthenticated"
     assert (await secured_client.get("/openapi.json")).status_code == 200
 
 

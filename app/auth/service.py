@@ -67,7 +67,8 @@ class ApiKeyService:
     def __init__(self, session: AsyncSession) -> None:
         self.repo = ApiKeyRepository(session)
 
-    async def create(self, tenant_id: str, name: str, scopes: frozenset[str]) -> tuple[KeyInfo, str]:
+    async def create(self, tenant_id: str, name: str,
+                     scopes: frozenset[str]) -> tuple[KeyInfo, str]:
         """The new key and its token; the token exists only in this return value."""
         for label, value in (("tenant", tenant_id), ("name", name)):
             if not re.match(NAME_PATTERN, value):
