@@ -9,6 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.agent_states.router import router as agent_states_router
+from app.auth.authenticator import Authenticator
+from app.auth.tenancy import install_tenant_guard
 from app.compactions.router import router as compactions_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
@@ -39,6 +41,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings)
+        install_tenant_guard(db.engine)
         try:
             if settings.should_auto_migrate:
                 await migrate.upgrade(db.engine)
@@ -66,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
     metrics.watch_pool(lambda: app.state.db.pool_checked_out() if hasattr(app.state, "db") else 0)
     install_handlers(app, settings.retry_after_seconds)

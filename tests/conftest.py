@@ -9,6 +9,7 @@ narrows the run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -32,10 +33,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
-def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A migrated, empty database of each backend, shared by the tests of the run."""
-    if request.param == "sqlite":
+@contextlib.contextmanager
+def migrated_database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    if backend == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('sqlite') / 'state.db'}"
         asyncio.run(_upgrade(url))
         yield url
@@ -46,6 +46,25 @@ def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
         yield url
     finally:
         drop_postgres_database(url)
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated, empty database of each backend, shared by the tests of the run.
+
+    No API key is ever created in it, so servers on it run open (anonymous, tenant default).
+    """
+    with migrated_database(request.param, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def secured_database_url(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A migrated database of each backend for one module's tests that create API keys
+    (which end open mode for everyone on that database)."""
+    with migrated_database(request.param, tmp_path_factory) as url:
+        yield url
 
 
 async def _upgrade(url: str) -> None:
@@ -101,3 +120,19 @@ async def keyed_client(settings: Settings, secret_key: str) -> AsyncIterator[htt
 def uid() -> str:
     """A fresh suffix, so tests sharing a database never see each other's rows."""
     return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+async def secured_app(secured_database_url: str) -> AsyncIterator[FastAPI]:
+    application = create_app(Settings(database_url=secured_database_url, auto_migrate=False,
+                                      _env_file=None))  # type: ignore[call-arg]
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+@pytest.fixture
+async def secured_client(secured_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """A client of a server whose database has API keys: send `Authorization: Bearer`."""
+    transport = httpx.ASGITransport(app=secured_app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
+        yield c

@@ -122,3 +122,33 @@ async def drain(client: httpx.AsyncClient, cursor: str | None = None,
             assert "link" not in page.headers
             return events, cursor
         assert cursor in page.headers["link"]
+
+
+def agentstate(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `agentstate` CLI against a database, as an operator would."""
+    env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
+           "AGENTSTATE_AUTO_MIGRATE": "false"}
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def create_key(database_url: str, tenant: str, scopes: str = "read,write",
+               name: str = "test") -> str:
+    """A new API key's token, made with `agentstate keys create`."""
+    done = agentstate(database_url, "keys", "create", "--tenant", tenant, "--name", name,
+                      "--scopes", scopes)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def revoke_key(database_url: str, token: str) -> None:
+    done = agentstate(database_url, "keys", "revoke", key_id(token))
+    assert done.returncode == 0, done.stderr
+
+
+def key_id(token: str) -> str:
+    return token.split("_")[1]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}

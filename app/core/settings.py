@@ -93,6 +93,16 @@ class Settings(BaseSettings):
     max_metadata_keys: int = Field(64, ge=1)
     idempotency_ttl_hours: int = Field(24, ge=24)
 
+    # Access control (API.md section 9, docs/auth.md).
+    auth_cache_seconds: float = Field(
+        5.0, ge=0, le=300,
+        description="How long a server trusts what it read about API keys: a revoked key is "
+                    "refused, and the first key created ends open mode, within this time.",
+    )
+    require_api_keys: bool = Field(
+        False, description="Never run open, even with no keys (serve sets it off loopback).",
+    )
+
     # MCP secrets: comma-separated keys, the first encrypts, any decrypts.
     secret_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 

@@ -1,6 +1,7 @@
 """Every mapped class, imported so that `Base.metadata` is complete (Alembic, `alembic check`)."""
 
 from app.agent_states.models import AgentState
+from app.auth.models import ApiKey
 from app.compactions.models import Compaction
 from app.db.base import Base
 from app.events.models import Event
@@ -9,6 +10,6 @@ from app.messages.models import IdempotencyKey, Message
 from app.threads.models import Thread
 
 __all__ = [
-    "AgentState", "Base", "Compaction", "Event", "IdempotencyKey", "McpServer", "Message",
-    "Thread",
+    "AgentState", "ApiKey", "Base", "Compaction", "Event", "IdempotencyKey", "McpServer",
+    "Message", "Thread",
 ]

@@ -1,0 +1,49 @@
+"""API key rows. The one repository that is not scoped by tenant: a key is what names the
+tenant, and the CLI manages the keys of every tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Row, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.auth.models import ApiKey
+
+k = ApiKey.__table__
+
+
+class ApiKeyRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def insert(self, **values: Any) -> None:
+        await self.session.execute(insert(k).values(**values))
+
+    async def get(self, key_id: str) -> Row[Any] | None:
+        stmt = select(k.c.tenant_id, k.c.scopes, k.c.hash, k.c.revoked_at).where(
+            k.c.key_id == key_id
+        )
+        return (await self.session.execute(stmt)).first()
+
+    async def any_exist(self) -> bool:
+        """Revoked keys count: revoking the last key must not open the server to everyone."""
+        return (await self.session.execute(select(k.c.id).limit(1))).first() is not None
+
+    async def list(self, tenant_id: str | None) -> list[Row[Any]]:
+        stmt = select(k.c.key_id, k.c.tenant_id, k.c.name, k.c.scopes, k.c.created_at,
+                      k.c.revoked_at).order_by(k.c.tenant_id, k.c.created_at, k.c.key_id)
+        if tenant_id is not None:
+            stmt = stmt.where(k.c.tenant_id == tenant_id)
+        return list((await self.session.execute(stmt)).all())
+
+    async def revoke(self, key_id: str, now: datetime) -> bool:
+        """Mark a live key revoked; False if there is no such live key."""
+        stmt = (
+            update(k)
+            .where(k.c.key_id == key_id, k.c.revoked_at.is_(None))
+            .values(revoked_at=now)
+            .returning(k.c.id)
+        )
+        return (await self.session.execute(stmt)).first() is not None
