@@ -35,3 +35,25 @@ def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str)
     assert '"code":"revision_mismatch","current_revision":2' in result.stdout
     assert '"state":{"agent":"planner","step":3}' in result.stdout
     assert '"has_more":' in result.stdout and '"team":"research"' in result.stdout
+
+
+def test_messages_agent_states_and_audit_examples_run_as_pasted(database_url: str) -> None:
+    blocks = [b for b in fenced("sh") if "C=chat-$RANDOM" in b or "S=session-$RANDOM" in b
+              or "/v1/events?thread_id=$S" in b]
+    assert len(blocks) == 3
+    from cryptography.fernet import Fernet
+
+    key = Fernet.generate_key().decode()  # the embedded default makes its own; this URL is explicit
+    with ServerProcess(database_url, env={"AGENTSTATE_SECRET_KEYS": key}) as server:
+        script = "\n".join(blocks).replace("localhost:8080", f"127.0.0.1:{server.port}")
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                                text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert re.findall(r"HTTP/1.1 (\d{3})", out) == ["201", "200"]
+    assert '"seq":1' in out and '"seq":2' in out and '"thread_revision":2' in out
+    assert '"source_message_ids":["m1","m2"]' in out and '"status":"compacted"' in out
+    assert '"agent_name":"risk_manager"' in out and '"risk_score":0.3' in out
+    assert '"secrets":{"session_token":"tok-123"}' in out  # open mode holds every scope
+    for event in ("thread.created", "agent_state.created", "agent_state.updated"):
+        assert f'"type":"{event}"' in out
