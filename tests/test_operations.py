@@ -176,7 +176,7 @@ def test_logs_are_json_lines_with_request_ids_and_no_bodies(database_url: str, u
     marker = f"body-secret-{uid}"
     with ServerProcess(database_url) as server:
         httpx.put(f"{server.base_url}/v1/threads/{uid}", json={"state": {"token": marker}},
-                  headers={"X-Request-ID": f"req-{uid}", "Authorization": f"Bearer {marker}"})
+                  headers={"X-Request-ID": f"req-{uid}", "Cookie": f"session={marker}"})
         httpx.get(f"{server.base_url}/v1/threads/{uid}?note={marker}")
     lines = [line for line in server.logs().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines]  # every line is one JSON object
