@@ -1,0 +1,148 @@
+"""Baseline (a): the database's limit for the work. The same SQL transactions the server issues
+for an operation (read from the repositories; compare with `python -m bench.sqlcapture`), sent
+directly with asyncpg over N connections, one transaction per operation.
+
+`python -m bench.sqlbaseline '<json spec>'` prints one JSON result, like bench.loadgen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from bench.loadgen import cpu_seconds
+from bench.ops import TEXT, run_state
+from bench.stats import summarise
+
+TENANT, ACTOR = "default", "anonymous"
+THREAD_COLUMNS = ("id, tenant_id, thread_id, revision, state, metadata, created_at, updated_at, "
+                  "deleted_at, last_seq, message_count")
+EVENT_LOCK = "SELECT pg_advisory_xact_lock(1634169716, hashtext($1))"
+EVENT_INSERT = ("INSERT INTO events (tenant_id, at, type, thread_id, resource, revision, actor) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7)")
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def record_event(conn: asyncpg.Connection, type: str, thread: str, revision: int) -> None:
+    await conn.execute(EVENT_LOCK, TENANT)
+    await conn.execute(EVENT_INSERT, TENANT, now(), type, thread, f"/v1/threads/{thread}",
+                       revision, ACTOR)
+
+
+async def create_thread(conn: asyncpg.Connection, thread: str, state: dict[str, Any]) -> int:
+    at = now()
+    row = await conn.fetchrow(
+        "INSERT INTO threads (tenant_id, thread_id, revision, state, metadata, created_at, "
+        "updated_at, last_seq, message_count) VALUES ($1, $2, 1, $3::json, $4::json, $5, $5, 0, 0) "
+        f"ON CONFLICT (tenant_id, thread_id) DO NOTHING RETURNING {THREAD_COLUMNS}",
+        TENANT, thread, json.dumps(state), json.dumps({"team": "bench"}), at)
+    await record_event(conn, "thread.created", thread, row["revision"])
+    return int(row["revision"])
+
+
+class Slot:
+    def __init__(self, thread: str) -> None:
+        self.thread = thread
+        self.revision = 1
+        self.counter = 0
+
+
+async def op_create_thread(conn: asyncpg.Connection, slot: Slot) -> None:
+    async with conn.transaction():
+        await create_thread(conn, f"{slot.thread}-{slot.counter}", run_state(0))
+
+
+async def op_state_replace(conn: asyncpg.Connection, slot: Slot) -> None:
+    """PUT /v1/threads/{id} with If-Match: ThreadRepository.update, then the event."""
+    async with conn.transaction():
+        row = await conn.fetchrow(
+            "UPDATE threads SET revision = revision + 1, updated_at = $1, state = $2::json "
+            "WHERE tenant_id = $3 AND thread_id = $4 AND deleted_at IS NULL AND revision IN ($5) "
+            f"RETURNING {THREAD_COLUMNS}",
+            now(), json.dumps(run_state(slot.counter)), TENANT, slot.thread, slot.revision)
+        slot.revision = row["revision"]
+        await record_event(conn, "thread.updated", slot.thread, slot.revision)
+
+
+async def op_get_thread(conn: asyncpg.Connection, slot: Slot) -> None:
+    await conn.fetchrow(f"SELECT {THREAD_COLUMNS} FROM threads WHERE tenant_id = $1 AND "
+                        "thread_id = $2", TENANT, slot.thread)
+
+
+async def op_append_1(conn: asyncpg.Connection, slot: Slot) -> None:
+    """POST /v1/threads/{id}/messages, one message: the thread row locked against deletion,
+    revision and seq bumped in one UPDATE, the message inserted, the event."""
+    async with conn.transaction():
+        await conn.fetchrow(f"SELECT {THREAD_COLUMNS} FROM threads WHERE tenant_id = $1 AND "
+                            "thread_id = $2 FOR KEY SHARE", TENANT, slot.thread)
+        row = await conn.fetchrow(
+            "UPDATE threads SET revision = revision + 1, last_seq = last_seq + 1, "
+            "message_count = message_count + 1, updated_at = $1 WHERE tenant_id = $2 AND "
+            "thread_id = $3 AND deleted_at IS NULL RETURNING id, revision, last_seq",
+            now(), TENANT, slot.thread)
+        await conn.execute(
+            "INSERT INTO messages (tenant_id, thread_pk, id, seq, position, role, content, "
+            "metadata, created_at, status) VALUES ($1, $2, $3, $4, $4, 'user', $5::json, '{}', "
+            "$6, 'live')",
+            TENANT, row["id"], f"msg_{slot.thread}_{row['last_seq']}", row["last_seq"],
+            json.dumps(f"{slot.counter}: {TEXT}"), now())
+        await record_event(conn, "message.appended", slot.thread, row["revision"])
+
+
+OPS = {"create_thread": op_create_thread, "state_replace": op_state_replace,
+       "get_thread": op_get_thread, "append_1": op_append_1}
+
+
+async def worker(conn: asyncpg.Connection, op: Any, slot: Slot, stop_at: float,
+                 latencies: list[float]) -> None:
+    while time.perf_counter() < stop_at:
+        started = time.perf_counter()
+        await op(conn, slot)
+        latencies.append(time.perf_counter() - started)
+        slot.counter += 1
+
+
+async def run(spec: dict[str, Any]) -> dict[str, Any]:
+    op = OPS[spec["op"]]
+    conns = [await asyncpg.connect(spec["dsn"]) for _ in range(spec["connections"])]
+    try:
+        slots = [Slot(f"sql-{spec['run_id']}-{spec['op']}-{i}") for i in range(len(conns))]
+        for conn, slot in zip(conns, slots):
+            async with conn.transaction():
+                slot.revision = await create_thread(conn, slot.thread, run_state(0))
+        warm_until = time.perf_counter() + spec.get("warmup", 0.0)
+        await asyncio.gather(*(worker(c, op, s, warm_until, []) for c, s in zip(conns, slots)))
+        latencies: list[float] = []
+        cpu_before, started = cpu_seconds(), time.perf_counter()
+        stop_at = started + spec["duration"]
+        await asyncio.gather(*(worker(c, op, s, stop_at, latencies) for c, s in zip(conns, slots)))
+        seconds = time.perf_counter() - started
+        cpu = cpu_seconds() - cpu_before
+    finally:
+        for conn in conns:
+            await conn.close()
+    return summarise(latencies, seconds, errors=0, client_cpu=round(cpu / seconds, 3))
+
+
+def main() -> None:
+    import sys
+
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    spec = json.loads(sys.argv[1])
+    result = uvloop.run(run(spec)) if uvloop else asyncio.run(run(spec))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
