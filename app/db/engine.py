@@ -80,9 +80,12 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.engine = build_engine(settings)
-        self.read_sessions = async_sessionmaker(
-            self.engine, expire_on_commit=False, autoflush=False
-        )
+        # Postgres reads run in autocommit: under READ COMMITTED every statement takes its
+        # own snapshot even inside a transaction, so BEGIN/ROLLBACK around a read only cost
+        # two round trips. SQLite keeps its deferred transaction: there it pins a snapshot.
+        reads = (self.engine if self.engine.dialect.name == "sqlite"
+                 else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self.read_sessions = async_sessionmaker(reads, expire_on_commit=False, autoflush=False)
         # Lazily begun like any session, but as BEGIN IMMEDIATE on SQLite.
         self.write_sessions = async_sessionmaker(
             self.engine, expire_on_commit=False, autoflush=False,
