@@ -24,17 +24,19 @@ THREAD_COLUMNS = ("id, tenant_id, thread_id, revision, state, metadata, created_
                   "deleted_at, last_seq, message_count")
 EVENT_LOCK = "SELECT pg_advisory_xact_lock(1634169716, hashtext($1))"
 EVENT_INSERT = ("INSERT INTO events (tenant_id, at, type, thread_id, resource, revision, actor) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7)")
+                "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq")
 
 
 def now() -> datetime:
     return datetime.now(UTC)
 
 
-async def record_event(conn: asyncpg.Connection, type: str, thread: str, revision: int) -> None:
-    await conn.execute(EVENT_LOCK, TENANT)
-    await conn.execute(EVENT_INSERT, TENANT, now(), type, thread, f"/v1/threads/{thread}",
-                       revision, ACTOR)
+async def record_event(conn: asyncpg.Connection, type: str, thread: str, revision: int,
+                       lock: bool = True) -> None:
+    if lock:
+        await conn.execute(EVENT_LOCK, TENANT)
+    await conn.fetchval(EVENT_INSERT, TENANT, now(), type, thread, f"/v1/threads/{thread}",
+                        revision, ACTOR)
 
 
 async def create_thread(conn: asyncpg.Connection, thread: str, state: dict[str, Any]) -> int:
@@ -60,16 +62,23 @@ async def op_create_thread(conn: asyncpg.Connection, slot: Slot) -> None:
         await create_thread(conn, f"{slot.thread}-{slot.counter}", run_state(0))
 
 
-async def op_state_replace(conn: asyncpg.Connection, slot: Slot) -> None:
+async def op_state_replace(conn: asyncpg.Connection, slot: Slot, lock: bool = True) -> None:
     """PUT /v1/threads/{id} with If-Match: ThreadRepository.update, then the event."""
     async with conn.transaction():
         row = await conn.fetchrow(
-            "UPDATE threads SET revision = revision + 1, updated_at = $1, state = $2::json "
-            "WHERE tenant_id = $3 AND thread_id = $4 AND deleted_at IS NULL AND revision IN ($5) "
+            "UPDATE threads SET revision = revision + 1, state = $2::json, updated_at = $1, "
+            "last_seq = last_seq + 0, message_count = message_count + 0 WHERE tenant_id = $3 "
+            "AND thread_id = $4 AND deleted_at IS NULL AND revision IN ($5) "
             f"RETURNING {THREAD_COLUMNS}",
             now(), json.dumps(run_state(slot.counter)), TENANT, slot.thread, slot.revision)
         slot.revision = row["revision"]
-        await record_event(conn, "thread.updated", slot.thread, slot.revision)
+        await record_event(conn, "thread.updated", slot.thread, slot.revision, lock)
+
+
+async def op_state_replace_no_event_lock(conn: asyncpg.Connection, slot: Slot) -> None:
+    """Not a baseline for any request: the same transaction without the per-tenant lock that
+    orders event commits, to show what that lock costs when every writer is one tenant."""
+    await op_state_replace(conn, slot, lock=False)
 
 
 async def op_get_thread(conn: asyncpg.Connection, slot: Slot) -> None:
@@ -78,27 +87,28 @@ async def op_get_thread(conn: asyncpg.Connection, slot: Slot) -> None:
 
 
 async def op_append_1(conn: asyncpg.Connection, slot: Slot) -> None:
-    """POST /v1/threads/{id}/messages, one message: the thread row locked against deletion,
-    revision and seq bumped in one UPDATE, the message inserted, the event."""
+    """POST /v1/threads/{id}/messages, one message: revision and seq bumped in one UPDATE
+    (which also holds the row against a concurrent delete), the message, the event."""
     async with conn.transaction():
-        await conn.fetchrow(f"SELECT {THREAD_COLUMNS} FROM threads WHERE tenant_id = $1 AND "
-                            "thread_id = $2 FOR KEY SHARE", TENANT, slot.thread)
         row = await conn.fetchrow(
-            "UPDATE threads SET revision = revision + 1, last_seq = last_seq + 1, "
-            "message_count = message_count + 1, updated_at = $1 WHERE tenant_id = $2 AND "
-            "thread_id = $3 AND deleted_at IS NULL RETURNING id, revision, last_seq",
+            "UPDATE threads SET revision = revision + 1, updated_at = $1, last_seq = last_seq + 1, "
+            "message_count = message_count + 1 WHERE tenant_id = $2 AND thread_id = $3 AND "
+            f"deleted_at IS NULL RETURNING {THREAD_COLUMNS}",
             now(), TENANT, slot.thread)
+        seq = row["last_seq"]
         await conn.execute(
-            "INSERT INTO messages (tenant_id, thread_pk, id, seq, position, role, content, "
-            "metadata, created_at, status) VALUES ($1, $2, $3, $4, $4, 'user', $5::json, '{}', "
-            "$6, 'live')",
-            TENANT, row["id"], f"msg_{slot.thread}_{row['last_seq']}", row["last_seq"],
+            "INSERT INTO messages (thread_pk, seq, tenant_id, message_id, position, role, content, "
+            "name, tool_calls, tool_call_id, agent_name, metadata, created_at, status, "
+            "compacted_by, summary_of) VALUES ($1, $2, $3, $4, $2, 'user', $5::json, NULL, NULL, "
+            "NULL, NULL, '{}'::json, $6, 'live', NULL, NULL)",
+            row["id"], seq, TENANT, f"msg_{slot.thread}_{seq}",
             json.dumps(f"{slot.counter}: {TEXT}"), now())
         await record_event(conn, "message.appended", slot.thread, row["revision"])
 
 
 OPS = {"create_thread": op_create_thread, "state_replace": op_state_replace,
-       "get_thread": op_get_thread, "append_1": op_append_1}
+       "get_thread": op_get_thread, "append_1": op_append_1,
+       "state_replace_no_event_lock": op_state_replace_no_event_lock}
 
 
 async def worker(conn: asyncpg.Connection, op: Any, slot: Slot, stop_at: float,
