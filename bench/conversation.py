@@ -46,6 +46,16 @@ class AgentStateChat:
         return len(body["messages"])
 
 
+def aisuite_installed() -> bool:
+    """Baseline (c) needs the bench extra: pip install -e '.[bench]'."""
+    try:
+        import aisuite.agents  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 class AisuiteChat:
     """aisuite 0.2.0 `PostgresStateStore.save_state`, the way its runner saves a RunState."""
 
@@ -76,7 +86,7 @@ async def conversation(base_url: str, dsn: str | None, run_id: str, turns: int
     """Turns interleave the two systems, so machine noise hits both alike."""
     conn = await Connection(base_url).connect()
     ours = AgentStateChat(conn, f"chat-{run_id}")
-    theirs = AisuiteChat(dsn, f"chat-{run_id}") if dsn else None
+    theirs = AisuiteChat(dsn, f"chat-{run_id}") if dsn and aisuite_installed() else None
     timings: dict[str, list[float]] = {"agentstate": [], "aisuite": []}
     loads: dict[str, list[float]] = {"agentstate": [], "aisuite": []}
     try:

@@ -148,6 +148,9 @@ def render(results: dict[str, Any]) -> str:
                     c = chat[system]
                     lines.append(f"| {backend} | {system} | {c['early_ms']} | {c['late_ms']} "
                                  f"| {c['growth']}x | {c['load_ms']} |")
+        if any("aisuite" not in chat for chat in results["conversation"].values()):
+            lines.append("aisuite runs on Postgres only, and only with the bench extra "
+                         "installed (`pip install -e '.[bench]'`).")
         lines.append("")
     lines += ["## Targets", "", "| target | measured | needed | met |", "|---|---|---|---|"]
     for name, ratio, threshold, how in targets(results):
