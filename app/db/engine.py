@@ -6,8 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings
@@ -28,7 +30,7 @@ def build_engine(settings: Settings) -> AsyncEngine:
         )
         _configure_sqlite(engine, settings)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=settings.pool_size,
         max_overflow=settings.max_overflow,
@@ -43,8 +45,28 @@ def build_engine(settings: Settings) -> AsyncEngine:
                 "statement_timeout": str(settings.statement_timeout_ms),
             },
         },
-        **common,
+        **{**common, "pool_pre_ping": False},
     )
+    if settings.pool_pre_ping:
+        _ping_on_checkout(engine)
+    return engine
+
+
+def _ping_on_checkout(engine: AsyncEngine) -> None:
+    """`pool_pre_ping` in one round trip instead of three.
+
+    SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK, so that pgbouncer's
+    transaction mode cannot route the prepare and the execute to different servers. A
+    simple-query `SELECT 1` prepares nothing and needs no transaction. As with pre-ping, a connection
+    that fails it discards the pool's older connections and the checkout retries on a new one.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping(_dbapi_connection: Any, _record: Any, proxy: Any) -> None:
+        try:
+            await_(proxy.driver_connection.execute("SELECT 1"))
+        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            raise InvalidatePoolError("connection failed its ping") from exc
 
 
 def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
