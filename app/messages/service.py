@@ -19,9 +19,11 @@ from app.messages.repository import MessageRepository
 from app.messages.schemas import AppendOut, MessageIn, MessageOut, check_batch
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import ThreadWithMessages
-from app.threads.service import ThreadService, messages_path, to_out as thread_out
+from app.threads.service import ThreadService, messages_path
+from app.threads.service import to_out as thread_out
 
 View = Literal["live", "full"]
+ABOVE_ANY_SEQ = 2**62
 Order = Literal["asc", "desc"]
 
 
@@ -95,12 +97,23 @@ class MessageService:
                    agent_name: str | None = None,
                    limit: int) -> tuple[list[MessageOut], str | None]:
         after = decode_cursor("messages", cursor, 2)
-        if after is not None and not all(type(value) is int for value in after):
+        if after is not None and not all(
+            type(value) is int and 0 <= value <= ABOVE_ANY_SEQ for value in after
+        ):
             raise InvalidCursor("The cursor is not one this list handed out.")
+        # Filters and the cursor become (position, seq) bounds: position > after_seq is
+        # (position, seq) > (after_seq, ABOVE_ANY_SEQ), position < before_seq is < (before_seq, 0).
+        lower = (after_seq, ABOVE_ANY_SEQ) if after_seq is not None else None
+        upper = (before_seq, 0) if before_seq is not None else None
+        if after is not None:
+            key = (after[0], after[1])
+            if order == "desc":
+                upper = min(upper, key) if upper else key
+            else:
+                lower = max(lower, key) if lower else key
         rows = await self.repo.page(
-            thread_pk, live=view == "live", descending=order == "desc",
-            after=(after[0], after[1]) if after else None, min_position=after_seq,
-            max_position=before_seq, role=role, agent_name=agent_name, limit=limit + 1,
+            thread_pk, live=view == "live", descending=order == "desc", lower=lower,
+            upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
         )
         page = rows[:limit]
         next_cursor = (encode_cursor("messages", [page[-1].position, page[-1].seq])
@@ -108,12 +121,10 @@ class MessageService:
         return [to_out(row) for row in page], next_cursor
 
     async def list(self, thread_id: str, **filters: Any) -> tuple[list[MessageOut], str | None]:
-        thread = await self.thread_service.live_row(thread_id)
-        return await self.page(thread.id, **filters)
+        return await self.page(await self.thread_service.live_pk(thread_id), **filters)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
-        thread = await self.thread_service.live_row(thread_id)
-        row = await self.repo.get(thread.id, message_id)
+        row = await self.repo.get(await self.thread_service.live_pk(thread_id), message_id)
         if row is None:
             raise NotFound(f"Message {message_id!r} does not exist in thread {thread_id!r}.")
         return to_out(row)
