@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
 import subprocess
@@ -23,7 +24,13 @@ from app.core.settings import Settings
 from app.db.engine import Database
 from app.main import create_app
 from tests.conftest import _upgrade
-from tests.support import ROOT, ServerProcess, create_postgres_database, drop_postgres_database
+from tests.support import (
+    ROOT,
+    ServerProcess,
+    create_postgres_database,
+    drain,
+    drop_postgres_database,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -162,8 +169,9 @@ async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key
                 assert secret not in r.text, r.text
             clear = await c.get(u, params={"include_secrets": "true"})
             assert clear.json()["secrets"] == {"broker_token": secret}, "it really is stored"
-            events = (await c.get("/v1/events", params={"limit": 100})).text
-            assert f"/v1/mcp-servers/leak-{uid}" in events and secret not in events
+            events, _ = await drain(c)
+            assert f"/v1/mcp-servers/leak-{uid}" in json.dumps(events)
+            assert secret not in json.dumps(events)
         logs = server.logs()
     assert secret not in logs and "Traceback" not in logs
 
