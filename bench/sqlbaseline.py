@@ -93,7 +93,7 @@ async def op_append_1(conn: asyncpg.Connection, slot: Slot) -> None:
         row = await conn.fetchrow(
             "UPDATE threads SET revision = revision + 1, updated_at = $1, last_seq = last_seq + 1, "
             "message_count = message_count + 1 WHERE tenant_id = $2 AND thread_id = $3 AND "
-            f"deleted_at IS NULL RETURNING {THREAD_COLUMNS}",
+            "deleted_at IS NULL RETURNING id, thread_id, revision, last_seq",
             now(), TENANT, slot.thread)
         seq = row["last_seq"]
         await conn.execute(
