@@ -19,10 +19,12 @@ def turn_messages(turn: int) -> list[dict[str, Any]]:
     return [message(2 * turn, "user"), message(2 * turn + 1, "assistant")]
 
 
-def summary(samples: list[float]) -> dict[str, Any]:
-    return {"early_ms": round(median(samples[:EARLY]) * 1000, 3),
-            "late_ms": round(median(samples[-LATE:]) * 1000, 3),
-            "growth": round(median(samples[-LATE:]) / median(samples[:EARLY]), 2)}
+def summary(by_turn: list[list[float]]) -> dict[str, Any]:
+    """Medians over the first and the last 10 turns of every chat."""
+    early = median(t for row in by_turn[:EARLY] for t in row)
+    late = median(t for row in by_turn[-LATE:] for t in row)
+    return {"early_ms": round(early * 1000, 3), "late_ms": round(late * 1000, 3),
+            "growth": round(late / early, 2)}
 
 
 class AgentStateChat:
@@ -81,39 +83,42 @@ class AisuiteChat:
         self.connection.close()
 
 
-async def conversation(base_url: str, dsn: str | None, run_id: str, turns: int
-                       ) -> dict[str, Any]:
-    """Turns interleave the two systems, so machine noise hits both alike."""
+async def conversation(base_url: str, dsn: str | None, run_id: str, turns: int,
+                       chats: int = 3) -> dict[str, Any]:
+    """`chats` conversations side by side, their turns interleaved with aisuite's, so machine
+    noise hits both systems alike and every median has `chats` x 10 samples."""
     conn = await Connection(base_url).connect()
-    ours = AgentStateChat(conn, f"chat-{run_id}")
-    theirs = AisuiteChat(dsn, f"chat-{run_id}") if dsn and aisuite_installed() else None
-    timings: dict[str, list[float]] = {"agentstate": [], "aisuite": []}
+    ours = [AgentStateChat(conn, f"chat-{run_id}-{i}") for i in range(chats)]
+    theirs = ([AisuiteChat(dsn, f"chat-{run_id}-{i}") for i in range(chats)]
+              if dsn and aisuite_installed() else [])
+    timings: dict[str, list[list[float]]] = {"agentstate": [], "aisuite": []}
     loads: dict[str, list[float]] = {"agentstate": [], "aisuite": []}
     try:
         for turn in range(1, turns + 1):
-            started = time.perf_counter()
-            await ours.save(turn)
-            timings["agentstate"].append(time.perf_counter() - started)
-            if theirs:
-                started = time.perf_counter()
-                theirs.save(turn)
-                timings["aisuite"].append(time.perf_counter() - started)
+            for system, chats_of in (("agentstate", ours), ("aisuite", theirs)):
+                row = []
+                for chat in chats_of:
+                    started = time.perf_counter()
+                    await chat.save(turn) if system == "agentstate" else chat.save(turn)
+                    row.append(time.perf_counter() - started)
+                if row:
+                    timings[system].append(row)
         for _ in range(10):
             started = time.perf_counter()
-            loaded = await ours.load()
+            loaded = await ours[0].load()
             loads["agentstate"].append(time.perf_counter() - started)
             if theirs:
                 started = time.perf_counter()
-                theirs.load()
+                theirs[0].load()
                 loads["aisuite"].append(time.perf_counter() - started)
     finally:
         await conn.close()
-        if theirs:
-            theirs.close()
-    result: dict[str, Any] = {"turns": turns, "messages": loaded}
-    for system, samples in timings.items():
-        if samples:
-            result[system] = {**summary(samples),
+        for chat in theirs:
+            chat.close()
+    result: dict[str, Any] = {"turns": turns, "chats": chats, "messages": loaded}
+    for system, by_turn in timings.items():
+        if by_turn:
+            result[system] = {**summary(by_turn),
                               "load_ms": round(median(loads[system]) * 1000, 3)}
     return result
 

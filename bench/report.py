@@ -137,6 +137,9 @@ def render(results: dict[str, Any]) -> str:
         lines.append("")
     if results["conversation"]:
         lines += ["## A growing conversation: one save per turn (state + 2 messages), one client",
+                  "", "Medians over the first and the last 10 turns of each of "
+                  f"{next(iter(results['conversation'].values())).get('chats', 1)} conversations, "
+                  "their turns interleaved with aisuite's.",
                   "", "| backend | system | turns 1-10 ms | last 10 turns ms | growth "
                   "| load all messages ms |", "|---|---|---|---|---|---|"]
         for backend, chat in results["conversation"].items():

@@ -64,6 +64,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.sizes = [int(s) for s in (args.sizes or ("10,100,300" if args.quick else
                                                   "10,1000,100000")).split(",")]
     args.rounds = 4 if args.quick else 200
+    args.chats = 1 if args.quick else 3
     args.compactions = 2 if args.quick else 40
     args.backends = [b for b in args.backend.split(",") if b]
     args.worker_counts = [int(w) for w in args.workers.split(",") if w]
@@ -169,7 +170,7 @@ def run_backend(args: argparse.Namespace, backend: str, results: dict[str, Any],
                            .render_as_string(hide_password=False) if backend == "postgres"
                            else None)
                     results["conversation"][backend] = _guard(
-                        conversation(server.base_url, dsn, run_id, args.turns))
+                        conversation(server.base_url, dsn, run_id, args.turns, args.chats))
     finally:
         if backend == "postgres":
             drop_postgres_database(url)
