@@ -12,6 +12,7 @@ import json
 import resource
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from bench.http1 import Connection
@@ -64,7 +65,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                      client_cpu=round(cpu / seconds, 3) if seconds else 0.0)
 
 
-def main() -> None:
+def main(run: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> None:
+    """Run `run(<json spec from argv>)` on uvloop when installed; print its JSON result."""
     try:
         import uvloop
     except ImportError:
@@ -75,4 +77,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(run)

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -174,6 +175,7 @@ def run_backend(args: argparse.Namespace, backend: str, results: dict[str, Any],
     finally:
         if backend == "postgres":
             drop_postgres_database(url)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _guard(coroutine: Any) -> dict[str, Any]:

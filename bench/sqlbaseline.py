@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.loadgen import cpu_seconds
+from bench.loadgen import cpu_seconds, main
 from bench.ops import TEXT, run_state
 from bench.stats import summarise
 
@@ -142,17 +142,5 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     return summarise(latencies, seconds, errors=0, client_cpu=round(cpu / seconds, 3))
 
 
-def main() -> None:
-    import sys
-
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    spec = json.loads(sys.argv[1])
-    result = uvloop.run(run(spec)) if uvloop else asyncio.run(run(spec))
-    print(json.dumps(result))
-
-
 if __name__ == "__main__":
-    main()
+    main(run)
