@@ -112,10 +112,15 @@ class CreateThread(Op):
 
 
 class StateReplace(Op):
+    """PUT of a new state, conditional on the revision the last answer's ETag gave."""
+
     name = "state_replace"
 
+    def path(self, slot: Slot) -> str:
+        return f"/v1/threads/{slot.thread}"
+
     def build(self, slot):
-        return ("PUT", f"/v1/threads/{slot.thread}", dumps({"state": run_state(slot.counter)}),
+        return ("PUT", self.path(slot), dumps({"state": run_state(slot.counter)}),
                 {"if-match": f'"{slot.revision}"'})
 
     def done(self, slot, headers):
@@ -183,7 +188,7 @@ class Compaction(Op):
         return (slot.counter + 1) * 20 > len(slot.ids)
 
 
-class AgentStateReplace(Op):
+class AgentStateReplace(StateReplace):
     name = "agent_state_replace"
 
     def path(self, slot: Slot) -> str:
@@ -195,14 +200,6 @@ class AgentStateReplace(Op):
                                 {"if-none-match": "*"}, expect=(201,))
         slot.revision = etag_revision(headers)
         return slot
-
-    def build(self, slot):
-        return ("PUT", self.path(slot), dumps({"state": run_state(slot.counter)}),
-                {"if-match": f'"{slot.revision}"'})
-
-    def done(self, slot, headers):
-        slot.counter += 1
-        slot.revision = etag_revision(headers)
 
 
 class EventsPage(Op):
