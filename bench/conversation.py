@@ -139,7 +139,8 @@ async def scaling(base_url: str, run_id: str, sizes: list[int], rounds: int
         requests = {
             "append_1": lambda t, i: ("POST", f"/v1/threads/{t}/messages", dumps(message(i))),
             "page_10": lambda t, i: ("GET", f"/v1/threads/{t}/messages?limit=10&order=desc", None),
-            "page_100": lambda t, i: ("GET", f"/v1/threads/{t}/messages?limit=100&order=desc", None),
+            "page_100": lambda t, i: ("GET", f"/v1/threads/{t}/messages?limit=100&order=desc",
+                                      None),
         }
         for i in range(rounds):
             for size, thread in threads.items():

@@ -175,7 +175,8 @@ class Compaction(Op):
 
     async def setup(self, conn, index):
         slot = await super().setup(conn, index)
-        slot.ids = await append(conn, slot.thread, 20 * int(self.params["compactions_per_connection"]))
+        runs = int(self.params["compactions_per_connection"])
+        slot.ids = await append(conn, slot.thread, 20 * runs)
         return slot
 
     def build(self, slot):

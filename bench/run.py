@@ -76,7 +76,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def machine_facts() -> dict[str, Any]:
     def sh(command: str) -> str:
-        return subprocess.run(command, shell=True, capture_output=True, text=True).stdout.strip()
+        done = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
+        return done.stdout.strip()
 
     facts: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

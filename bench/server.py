@@ -81,7 +81,8 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.command = [arg.replace("{port}", str(self.port)) for arg in command]
         self.env = {**os.environ, **env}
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agentstate-bench-{name}-{self.port}.log"
+        self.log_path = (Path(os.environ.get("TMPDIR", "/tmp"))
+                         / f"agentstate-bench-{name}-{self.port}.log")
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60.0) -> Server:

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.util import await_
 
@@ -57,8 +57,9 @@ def _ping_on_checkout(engine: AsyncEngine) -> None:
 
     SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK, so that pgbouncer's
     transaction mode cannot route the prepare and the execute to different servers. A
-    simple-query `SELECT 1` prepares nothing and needs no transaction. As with pre-ping, a connection
-    that fails it discards the pool's older connections and the checkout retries on a new one.
+    simple-query `SELECT 1` prepares nothing and needs no transaction. As with pre-ping, a
+    connection that fails it discards the pool's older connections and the checkout retries
+    on a new one.
     """
 
     @event.listens_for(engine.sync_engine, "checkout")
