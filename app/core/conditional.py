@@ -79,7 +79,8 @@ class Preconditions:
         return self.if_match is not None or self.if_none_match is not None
 
 
-def preconditions(
+# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request.
+async def preconditions(
     if_match: Annotated[
         str | None,
         Header(description='`"<revision>"`, a list of them, or `*`. Strong comparison.'),

@@ -10,7 +10,8 @@ from app.core.errors import Unprocessable
 from app.core.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 

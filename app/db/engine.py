@@ -7,7 +7,9 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings
@@ -28,7 +30,7 @@ def build_engine(settings: Settings) -> AsyncEngine:
         )
         _configure_sqlite(engine, settings)
         return engine
-    return create_async_engine(
+    engine = create_async_engine(
         url,
         pool_size=settings.pool_size,
         max_overflow=settings.max_overflow,
@@ -43,8 +45,29 @@ def build_engine(settings: Settings) -> AsyncEngine:
                 "statement_timeout": str(settings.statement_timeout_ms),
             },
         },
-        **common,
+        **{**common, "pool_pre_ping": False},
     )
+    if settings.pool_pre_ping:
+        _ping_on_checkout(engine)
+    return engine
+
+
+def _ping_on_checkout(engine: AsyncEngine) -> None:
+    """`pool_pre_ping` in one round trip instead of three.
+
+    SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK, so that pgbouncer's
+    transaction mode cannot route the prepare and the execute to different servers. A
+    simple-query `SELECT 1` prepares nothing and needs no transaction. As with pre-ping, a
+    connection that fails it discards the pool's older connections and the checkout retries
+    on a new one.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _ping(_dbapi_connection: Any, _record: Any, proxy: Any) -> None:
+        try:
+            await_(proxy.driver_connection.execute("SELECT 1"))
+        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            raise InvalidatePoolError("connection failed its ping") from exc
 
 
 def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
@@ -80,9 +103,12 @@ class Database:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.engine = build_engine(settings)
-        self.read_sessions = async_sessionmaker(
-            self.engine, expire_on_commit=False, autoflush=False
-        )
+        # Postgres reads run in autocommit: under READ COMMITTED every statement takes its
+        # own snapshot even inside a transaction, so BEGIN/ROLLBACK around a read only cost
+        # two round trips. SQLite keeps its deferred transaction: there it pins a snapshot.
+        reads = (self.engine if self.engine.dialect.name == "sqlite"
+                 else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self.read_sessions = async_sessionmaker(reads, expire_on_commit=False, autoflush=False)
         # Lazily begun like any session, but as BEGIN IMMEDIATE on SQLite.
         self.write_sessions = async_sessionmaker(
             self.engine, expire_on_commit=False, autoflush=False,

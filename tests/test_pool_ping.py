@@ -1,0 +1,46 @@
+"""Pooled connections the database has dropped are replaced before a request uses them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests.support import ADMIN_URL
+
+pytestmark = pytest.mark.anyio
+
+
+async def _terminate_backends(database: str) -> int:
+    url = make_url(ADMIN_URL)
+    admin = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                  password=url.password, database=url.database or "postgres")
+    try:
+        return int(await admin.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = $1 AND pid <> pg_backend_pid()", database))
+    finally:
+        await admin.close()
+
+
+async def test_requests_survive_connections_killed_by_the_database(
+    client: httpx.AsyncClient, backend: str, database_url: str, uid: str
+) -> None:
+    if backend != "postgres":
+        pytest.skip("only Postgres can drop a pooled connection from the other side")
+    assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+    # Fill the pool with several connections, then have the server kill every one of them.
+    warm = await asyncio.gather(*(client.get(f"/v1/threads/{uid}") for _ in range(8)))
+    assert [r.status_code for r in warm] == [200] * 8
+    assert await _terminate_backends(make_url(database_url).database) >= 1
+    await asyncio.sleep(0.2)
+
+    reads = await asyncio.gather(*(client.get(f"/v1/threads/{uid}") for _ in range(8)))
+    assert [r.status_code for r in reads] == [200] * 8
+    write = await client.put(f"/v1/threads/{uid}", json={"state": {"after": "outage"}},
+                             headers={"If-Match": '"1"'})
+    assert write.status_code == 200, write.text
+    assert write.json()["state"] == {"after": "outage"}
