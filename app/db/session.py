@@ -22,7 +22,8 @@ async def _read_session(request: Request) -> AsyncIterator[AsyncSession]:
 
 
 async def _write_session(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.db.write_sessions() as session:
+    db = request.app.state.db
+    async with db.writer(), db.write_sessions() as session:
         try:
             yield session
             await flush_events(session)
