@@ -56,7 +56,8 @@ async def flush_events(session: AsyncSession) -> None:
                 select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant_id)))
             )
     at = utcnow()
-    await session.execute(insert(Event), [{**event, "at": at} for event in pending])
+    # Core, not the ORM bulk path: nothing here needs the identity map.
+    await session.execute(insert(Event.__table__), [{**event, "at": at} for event in pending])
 
 
 class EventService:
