@@ -15,12 +15,14 @@ from app.core.problems import install_handlers
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.compactions.router import router as compactions_router
+from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
 from app.threads.router import router as threads_router
 
 log = logging.getLogger("agentstate")
 
-ROUTERS = [ops_router, threads_router]
+ROUTERS = [ops_router, threads_router, messages_router, compactions_router]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -74,6 +74,18 @@ class ThreadExists(Conflict):
     code, title = "thread_exists", "Thread already exists"
 
 
+class MessageExists(Conflict):
+    code, title = "message_exists", "Message already exists"
+
+
+class IdempotencyInFlight(Conflict):
+    code, title = "idempotency_in_flight", "A request with this Idempotency-Key is in flight"
+
+
+class CompactionCovered(Conflict):
+    code, title = "compaction_covered", "Compaction is covered by a later one"
+
+
 class Gone(AppError):
     status, code, title = 410, "gone", "Gone"
 
@@ -116,6 +128,24 @@ class UnsupportedMediaType(AppError):
 
 class Unprocessable(AppError):
     status, code, title = 422, "validation_failed", "Unprocessable Content"
+
+
+class IdempotencyKeyReused(Unprocessable):
+    code, title = "idempotency_key_reused", "Idempotency-Key reused with a different body"
+
+
+class CompactionNotContiguous(Unprocessable):
+    code, title = "compaction_not_contiguous", "Sources are not a contiguous run"
+
+
+class MessageNotLive(Unprocessable):
+    code, title = "message_not_live", "Source message is not live"
+
+
+class MessageNotFound(Unprocessable):
+    """A compaction source that is not a message of this thread (a GET of one is a 404)."""
+
+    code, title = "message_not_found", "Source message not found"
 
 
 class PreconditionRequired(AppError):

@@ -36,24 +36,26 @@ class ThreadRepository:
         return (await self.session.execute(stmt)).first()
 
     async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime) -> Row[Any] | None:
-        """Create at revision 1; None if the id exists (live or tombstone)."""
+                     now: datetime, messages: int = 0) -> Row[Any] | None:
+        """Create at revision 1 (holding seqs 1..`messages`); None if the id exists (live or
+        tombstone)."""
         stmt = (
             insert_ignoring_conflicts(self.session, t, ["tenant_id", "thread_id"])
             .values(tenant_id=self.tenant_id, thread_id=thread_id, revision=1, state=state,
-                    metadata=meta, created_at=now, updated_at=now, last_seq=0, message_count=0)
+                    metadata=meta, created_at=now, updated_at=now, last_seq=messages,
+                    message_count=messages)
             .returning(*t.c)
         )
         return (await self.session.execute(stmt)).first()
 
     async def revive(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime) -> Row[Any] | None:
+                     now: datetime, messages: int = 0) -> Row[Any] | None:
         """Start a tombstoned id afresh; its revision continues after the deletion's."""
         stmt = (
             update(t)
             .where(self._key(thread_id), t.c.deleted_at.is_not(None))
             .values(revision=t.c.revision + 1, state=state, metadata=meta, created_at=now,
-                    updated_at=now, deleted_at=None, last_seq=0, message_count=0)
+                    updated_at=now, deleted_at=None, last_seq=messages, message_count=messages)
             .returning(*t.c)
         )
         return (await self.session.execute(stmt)).first()
@@ -70,6 +72,18 @@ class ThreadRepository:
             stmt = stmt.where(t.c.revision.in_(list(expected)))
         stmt = stmt.values(revision=t.c.revision + 1, updated_at=utcnow(), **values)
         return (await self.session.execute(stmt.returning(*t.c))).first()
+
+    @staticmethod
+    def message_counters(seqs: int, live_delta: int) -> dict[str, Any]:
+        """Values for `update`: hand out `seqs` new message seqs, change the live count."""
+        return {"last_seq": t.c.last_seq + seqs, "message_count": t.c.message_count + live_delta}
+
+    async def advance(self, thread_id: str, *, seqs: int, live_delta: int,
+                      expected: Iterable[int] | None = None) -> Row[Any] | None:
+        """One revision of a live thread for a message write: the row comes back with the
+        last of the `seqs` new seqs in `last_seq`, and stays locked until commit, so
+        concurrent appends queue here and seqs never gap or repeat."""
+        return await self.update(thread_id, self.message_counters(seqs, live_delta), expected)
 
     async def delete(self, thread_id: str, revision: int, now: datetime) -> int | None:
         """Delete a live thread at `revision` (children go by ON DELETE CASCADE) and leave a

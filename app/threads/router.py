@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
 
@@ -14,7 +14,14 @@ from app.core.pagination import Cursor, Limit, Page, set_next_link
 from app.core.problems import responses
 from app.core.schemas import name_path
 from app.db.session import ReadSession, WriteSession
-from app.threads.schemas import ThreadCreate, ThreadOut, ThreadPatch, ThreadReplace
+from app.messages.service import MessageService
+from app.threads.schemas import (
+    ThreadCreate,
+    ThreadOut,
+    ThreadPatch,
+    ThreadReplace,
+    ThreadWithMessages,
+)
 from app.threads.service import ThreadService, thread_path
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
@@ -67,12 +74,22 @@ async def list_threads(
 
 
 @router.get("/{thread_id}", responses={**responses(404), 304: {"description": "Not Modified"}},
+            response_model=ThreadWithMessages, response_model_exclude_unset=True,
             summary="Get a thread")
 async def get_thread(
     thread_id: ThreadId, response: Response, session: ReadSession, principal: ReadAccess,
     settings: SettingsDep, if_none_match: Annotated[str | None, Header()] = None,
+    include: Annotated[Literal["messages"] | None, Query(
+        description="`messages`: add the first page of the live view as `messages`.")] = None,
+    messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
+                                         "page size, 1-1000.")] = 100,
 ) -> ThreadOut:
-    thread = await ThreadService(session, principal, settings).get(thread_id)
+    if include == "messages":
+        thread = await MessageService(session, principal, settings).thread_with_messages(
+            thread_id, messages_limit
+        )
+    else:
+        thread = await ThreadService(session, principal, settings).get(thread_id)
     if not_modified(if_none_match, thread.revision):
         return Response(status_code=304, headers={"ETag": etag(thread.revision)})  # type: ignore[return-value]
     return _with_etag(response, thread)

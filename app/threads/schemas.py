@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.messages.schemas import MessageIn, MessageOut
 
 
 class ThreadCreate(Strict):
@@ -14,6 +15,10 @@ class ThreadCreate(Strict):
 class ThreadReplace(Strict):
     state: JsonObject
     metadata: JsonObject | None = Field(None, description="Omitted: the stored metadata is kept.")
+    append_messages: list[MessageIn] | None = Field(
+        None, description="Appended in the same transaction and under the same revision "
+        "(events `thread.updated` and `message.appended`).",
+    )
 
 
 class ThreadPatch(Strict):
@@ -31,3 +36,12 @@ class ThreadOut(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     message_count: int
+
+
+class ThreadWithMessages(ThreadOut):
+    """GET with `?include=messages`: the thread plus the first page of its live view."""
+
+    messages: list[MessageOut] | None = None
+    messages_next_cursor: str | None = Field(
+        None, description="Pass as `cursor` to GET .../messages for the next page."
+    )

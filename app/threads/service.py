@@ -27,12 +27,18 @@ from app.core.pagination import decode_cursor, encode_cursor
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.events import service as events
+from app.messages.repository import MessageRepository
+from app.messages.schemas import MessageIn, check_batch
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import ThreadCreate, ThreadOut, ThreadPatch, ThreadReplace
 
 
 def thread_path(thread_id: str) -> str:
     return f"/v1/threads/{thread_id}"
+
+
+def messages_path(thread_id: str) -> str:
+    return f"{thread_path(thread_id)}/messages"
 
 
 def to_out(row: Row[Any]) -> ThreadOut:
@@ -54,11 +60,11 @@ class ThreadService:
                       revision=revision, thread_id=thread_id)
 
     async def _create(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                      now: datetime) -> Row[Any] | None:
+                      now: datetime, messages: int = 0) -> Row[Any] | None:
         """Explicit create: a new id, or a tombstoned one started afresh. None if live."""
-        row = await self.repo.insert(thread_id, state, meta, now)
+        row = await self.repo.insert(thread_id, state, meta, now, messages)
         if row is None:
-            row = await self.repo.revive(thread_id, state, meta, now)
+            row = await self.repo.revive(thread_id, state, meta, now, messages)
         if row is not None:
             self._event("thread.created", thread_id, row.revision)
         return row
@@ -86,24 +92,33 @@ class ThreadService:
         return to_out(row)
 
     async def get(self, thread_id: str) -> ThreadOut:
+        return to_out(await self.live_row(thread_id))
+
+    async def live_row(self, thread_id: str) -> Row[Any]:
+        """The row of a thread readers may see; a tombstone reads as 404."""
         row = await self.repo.get(thread_id)
         if row is None or row.deleted_at is not None:
             raise NotFound(f"Thread {thread_id!r} does not exist.")
-        return to_out(row)
+        return row
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
-        """PUT: returns the thread and whether it was created."""
+        """PUT: returns the thread and whether it was created. `append_messages` are stored
+        under the same revision, taking the next seqs (a create holds seqs 1..n)."""
         check_metadata(body.metadata, self.settings)
+        appended = body.append_messages or []
+        check_batch(appended, self.settings, "/append_messages")
+        count = len(appended)
         now = utcnow()
         if pre.create_only:
-            row = await self._create(thread_id, body.state, body.metadata or {}, now)
+            row = await self._create(thread_id, body.state, body.metadata or {}, now, count)
             if row is None:
                 current = await self.repo.get(thread_id)
                 raise AlreadyExists(current.revision if current is not None else None)
+            await self._append(row, appended, now)
             return to_out(row), True
 
-        values: dict[str, Any] = {"state": body.state}
+        values: dict[str, Any] = {"state": body.state, **self.repo.message_counters(count, count)}
         if body.metadata is not None:
             values["metadata"] = body.metadata
         if pre.if_match is not None:
@@ -111,12 +126,14 @@ class ThreadService:
             row = await self.repo.update(thread_id, values, expected)
             if row is None:
                 await self._refuse(thread_id)
-                self._event("thread.updated", thread_id, row.revision)
+            self._event("thread.updated", thread_id, row.revision)
+            await self._append(row, appended, now)
             return to_out(row), False
 
-        created = await self.repo.insert(thread_id, body.state, body.metadata or {}, now)
+        created = await self.repo.insert(thread_id, body.state, body.metadata or {}, now, count)
         if created is not None:
             self._event("thread.created", thread_id, created.revision)
+            await self._append(created, appended, now)
             return to_out(created), True
         current = await self.repo.get(thread_id)
         assert current is not None
@@ -132,7 +149,19 @@ class ThreadService:
         if row is None:
             await self._refuse(thread_id)
         self._event("thread.updated", thread_id, row.revision)
+        await self._append(row, appended, now)
         return to_out(row), False
+
+    async def _append(self, row: Row[Any], messages: list[MessageIn], now: datetime) -> None:
+        """Store the messages of a PUT in the revision `row` was just given."""
+        if not messages:
+            return
+        await MessageRepository(self.session, self.principal.tenant_id).append(
+            row.id, row.last_seq, messages, now
+        )
+        events.record(self.session, self.principal, "message.appended",
+                      messages_path(row.thread_id), revision=row.revision,
+                      thread_id=row.thread_id)
 
     async def _locked_live(self, thread_id: str, pre: Preconditions, method: str) -> Row[Any]:
         """The live row, locked, after section 2's checks (404/410/412/428)."""

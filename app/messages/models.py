@@ -1,0 +1,88 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    String,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, BigIntPK, JSONType, Name, UTCDateTime
+
+LIVE_ONLY = text("status = 'live'")
+
+
+class Message(Base):
+    """One row per message, never rewritten by an append.
+
+    Keyed by (thread_pk, seq): the seq comes from the thread row's `last_seq`, bumped in the
+    UPDATE that serialises appends to one thread. Every read walks one of the indexes below
+    from a key, so its cost is the page, not the history.
+    """
+
+    __tablename__ = "messages"
+    __table_args__ = (
+        PrimaryKeyConstraint("thread_pk", "seq"),
+        UniqueConstraint("thread_pk", "message_id"),
+        # The full view's order.
+        Index("ix_messages_thread_pk_position_seq", "thread_pk", "position", "seq"),
+        # The live view's order, without stepping over compacted history.
+        Index("ix_messages_live", "thread_pk", "position", "seq",
+              postgresql_where=LIVE_ONLY, sqlite_where=LIVE_ONLY),
+    )
+
+    thread_pk: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("threads.id", ondelete="CASCADE")
+    )
+    seq: Mapped[int] = mapped_column(BigInteger)
+    tenant_id: Mapped[str] = mapped_column(Name)
+    message_id: Mapped[str] = mapped_column(Name)
+    position: Mapped[int] = mapped_column(BigInteger)
+    role: Mapped[str] = mapped_column(String(16))
+    content: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    tool_calls: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    tool_call_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    agent_name: Mapped[str | None] = mapped_column(Name, nullable=True)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    # The compaction that replaced this message (while status is "compacted").
+    compacted_by: Mapped[str | None] = mapped_column(Name, nullable=True)
+    # For a summary: the compaction that wrote it.
+    summary_of: Mapped[str | None] = mapped_column(Name, nullable=True)
+
+
+class IdempotencyKey(Base):
+    """The first response to an `Idempotency-Key`, committed with the write it protects.
+
+    Rows go with their thread (ON DELETE CASCADE), so a retry after a DELETE answers 410
+    instead of replaying a thread that no longer exists.
+    """
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (
+        UniqueConstraint("thread_pk", "endpoint", "key"),
+        # Lazy expiry deletes the oldest rows of a tenant.
+        Index("ix_idempotency_keys_tenant_id_created_at", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(Name)
+    thread_pk: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("threads.id", ondelete="CASCADE")
+    )
+    endpoint: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

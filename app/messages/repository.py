@@ -1,0 +1,126 @@
+"""Message rows. Every statement is scoped by tenant and walks an index from a key, so its
+cost is the rows it returns, never the length of the thread."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import Row, func, insert, literal_column, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.core.errors import MessageExists
+from app.core.ids import new_id
+from app.messages.models import Message
+from app.messages.schemas import MessageIn
+
+m = Message.__table__
+# Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
+# from a constant, and a prepared statement's generic plan would otherwise miss `ix_messages_live`.
+LIVE = literal_column("'live'")
+Key = tuple[int, int]  # (position, seq): the order of both views
+
+
+class MessageRepository:
+    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+        self.session = session
+        self.tenant_id = tenant_id
+
+    def _thread(self, thread_pk: int) -> Any:
+        return (m.c.thread_pk == thread_pk) & (m.c.tenant_id == self.tenant_id)
+
+    async def ensure_new_ids(self, thread_pk: int, ids: Sequence[str]) -> None:
+        """409 if a client-chosen id is taken. Race-free: callers hold the thread row lock."""
+        if not ids:
+            return
+        taken = await self.session.scalar(
+            select(m.c.message_id).where(self._thread(thread_pk), m.c.message_id.in_(ids)).limit(1)
+        )
+        if taken is not None:
+            raise MessageExists(
+                f"Message {taken!r} already exists in this thread; nothing was written."
+            )
+
+    def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
+            now: datetime, summary_of: str | None = None) -> dict[str, Any]:
+        return {
+            "thread_pk": thread_pk, "seq": seq, "tenant_id": self.tenant_id,
+            "message_id": message.id or new_id("msg"), "position": position,
+            "role": message.role, "content": message.content, "name": message.name,
+            "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id,
+            "agent_name": message.agent_name, "metadata": message.metadata,
+            "created_at": now, "status": "live", "compacted_by": None,
+            "summary_of": summary_of,
+        }
+
+    async def insert(self, rows: list[dict[str, Any]]) -> None:
+        await self.session.execute(insert(m), rows)
+
+    async def append(self, thread_pk: int, last_seq: int, messages: Sequence[MessageIn],
+                     now: datetime) -> list[dict[str, Any]]:
+        """Store `messages` as seqs `last_seq - n + 1 .. last_seq`, handed out by the caller's
+        UPDATE of the thread row (which also holds the row lock until commit)."""
+        await self.ensure_new_ids(thread_pk, [msg.id for msg in messages if msg.id])
+        first = last_seq - len(messages) + 1
+        rows = [self.row(thread_pk, msg, seq=first + i, position=first + i, now=now)
+                for i, msg in enumerate(messages)]
+        await self.insert(rows)
+        return rows
+
+    async def get(self, thread_pk: int, message_id: str) -> Row[Any] | None:
+        return (await self.session.execute(
+            select(m).where(self._thread(thread_pk), m.c.message_id == message_id)
+        )).first()
+
+    async def page(self, thread_pk: int, *, live: bool, descending: bool, after: Key | None,
+                   min_position: int | None, max_position: int | None, role: str | None,
+                   agent_name: str | None, limit: int) -> list[Row[Any]]:
+        """One page of a view in (position, seq) order, starting after the keyset `after`."""
+        stmt = select(m).where(self._thread(thread_pk))
+        if live:
+            stmt = stmt.where(m.c.status == LIVE)
+        if min_position is not None:
+            stmt = stmt.where(m.c.position > min_position)
+        if max_position is not None:
+            stmt = stmt.where(m.c.position < max_position)
+        if role is not None:
+            stmt = stmt.where(m.c.role == role)
+        if agent_name is not None:
+            stmt = stmt.where(m.c.agent_name == agent_name)
+        key = tuple_(m.c.position, m.c.seq)
+        if after is not None:
+            stmt = stmt.where(key < tuple_(*after) if descending else key > tuple_(*after))
+        if descending:
+            stmt = stmt.order_by(m.c.position.desc(), m.c.seq.desc())
+        else:
+            stmt = stmt.order_by(m.c.position, m.c.seq)
+        return list((await self.session.execute(stmt.limit(limit))).all())
+
+    async def by_ids(self, thread_pk: int, ids: Sequence[str]) -> list[Row[Any]]:
+        """The thread's messages among `ids`, in view order."""
+        return list((await self.session.execute(
+            select(m).where(self._thread(thread_pk), m.c.message_id.in_(ids))
+            .order_by(m.c.position, m.c.seq)
+        )).all())
+
+    async def live_count_between(self, thread_pk: int, first: Key, last: Key, cap: int) -> int:
+        """Live messages from `first` to `last` inclusive, counting at most `cap` (so a wide,
+        non-contiguous range costs no more than the run it claims to be)."""
+        inside = (
+            select(m.c.seq)
+            .where(self._thread(thread_pk), m.c.status == LIVE,
+                   tuple_(m.c.position, m.c.seq) >= tuple_(*first),
+                   tuple_(m.c.position, m.c.seq) <= tuple_(*last))
+            .limit(cap)
+            .subquery()
+        )
+        return int(await self.session.scalar(select(func.count()).select_from(inside)) or 0)
+
+    async def set_status(self, thread_pk: int, ids: Sequence[str],
+                         status: Literal["live", "compacted", "reverted"],
+                         compacted_by: str | None) -> None:
+        await self.session.execute(
+            update(m).where(self._thread(thread_pk), m.c.message_id.in_(ids))
+            .values(status=status, compacted_by=compacted_by)
+        )

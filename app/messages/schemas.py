@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    PlainValidator,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    ValidationInfo,
+    model_serializer,
+)
+
+from app.core.errors import MessageExists, Unprocessable
+from app.core.limits import check_metadata
+from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.core.settings import Settings
+
+Role = Literal["system", "user", "assistant", "tool", "developer"]
+Status = Literal["live", "compacted", "reverted"]
+ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+_SHORT_MAX = 255
+
+
+class ContentPart(BaseModel):
+    """One part of an array `content` (text, image_url, input_audio, file, ...): an object
+    with a string `type`. Other members are kept exactly as sent; providers keep adding them."""
+
+    model_config = {"extra": "allow"}
+    type: str
+
+
+class ToolCall(BaseModel):
+    """An assistant's tool call, e.g. `{"id", "type": "function", "function": {...}}`,
+    kept exactly as sent."""
+
+    model_config = {"extra": "allow"}
+    id: str
+    type: str
+
+
+def _objects_with_strings(value: Any, what: str, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    if not isinstance(value, list):
+        raise ValueError(f"must be an array of {what}")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise ValueError(f"[{index}] must be an object")
+        for key in keys:
+            if not isinstance(item.get(key), str) or not 0 < len(item[key]) <= _SHORT_MAX:
+                raise ValueError(f"[{index}].{key} must be a string of 1-{_SHORT_MAX} characters")
+    return value
+
+
+# Plain validators keep the client's objects untouched (a model would reorder or coerce
+# them) and put any error on the member itself (`/content`), not on a union branch.
+def _content(value: Any) -> str | list[dict[str, Any]] | None:
+    if value is None or isinstance(value, str):
+        return value
+    return _objects_with_strings(value, "content parts", ("type",))
+
+
+def _tool_calls(value: Any, info: ValidationInfo) -> list[dict[str, Any]] | None:
+    if value is None:
+        return None
+    if info.data.get("role") != "assistant":
+        raise ValueError("tool_calls are only allowed on assistant messages")
+    return _objects_with_strings(value, "tool calls", ("id", "type"))
+
+
+def _tool_call_id(value: Any, info: ValidationInfo) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= _SHORT_MAX:
+        raise ValueError(f"must be a string of 1-{_SHORT_MAX} characters")
+    if info.data.get("role") != "tool":
+        raise ValueError("tool_call_id is only allowed on tool messages")
+    return value
+
+
+Content = Annotated[
+    str | list[dict[str, Any]] | None,
+    PlainValidator(_content, json_schema_input_type=str | list[ContentPart] | None),
+]
+ToolCalls = Annotated[
+    list[dict[str, Any]] | None,
+    PlainValidator(_tool_calls, json_schema_input_type=list[ToolCall] | None),
+]
+ToolCallId = Annotated[str | None, PlainValidator(_tool_call_id, json_schema_input_type=str | None)]
+
+
+class MessageIn(Strict):
+    """A message to append. Only these members exist; anything else is `unknown_field`."""
+
+    id: Name | None = Field(None, description="Omit to get a server-generated `msg_...` id.")
+    role: Role
+    content: Content = Field(
+        None, description="A string, an array of content parts (objects with a `type`), or null."
+    )
+    name: ShortText | None = None
+    tool_calls: ToolCalls = Field(None, description="Assistant messages only.")
+    tool_call_id: ToolCallId = Field(None, description="Tool messages only.")
+    agent_name: Name | None = None
+    metadata: JsonObject = Field(default_factory=dict)
+
+
+class MessageBatch(Strict):
+    messages: list[MessageIn] = Field(min_length=1)
+
+
+def check_batch(messages: list[MessageIn], settings: Settings, pointer: str) -> None:
+    """The limits a static schema cannot know (they come from settings), and ids that
+    repeat inside the batch, checked before anything is written."""
+    if len(messages) > settings.max_batch_messages:
+        raise Unprocessable(
+            f"At most {settings.max_batch_messages} messages per request.",
+            errors=[{"pointer": pointer, "code": "too_many_messages",
+                     "message": f"at most {settings.max_batch_messages} messages"}],
+        )
+    seen: set[str] = set()
+    for index, message in enumerate(messages):
+        check_metadata(message.metadata, settings, f"{pointer}/{index}/metadata")
+        if message.id is not None:
+            if message.id in seen:
+                raise MessageExists(
+                    f"Message id {message.id!r} appears twice in the request; nothing was written."
+                )
+            seen.add(message.id)
+
+
+# Omitted from a message when absent, so a message reads back with the members it was sent with.
+_OPTIONAL = ("name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
+
+
+class MessageOut(BaseModel):
+    id: str
+    seq: int = Field(description="Append order in the thread: 1, 2, 3, ... without gaps.")
+    position: int = Field(description="Views sort by (position, seq).")
+    role: Role
+    content: str | list[dict[str, Any]] | None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    agent_name: str | None = None
+    metadata: JsonObject
+    created_at: Timestamp
+    status: Status
+    compaction_id: str | None = Field(
+        None, description="Compacted: the compaction that replaced it. "
+        "A summary: the compaction that wrote it.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _drop_absent(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - keeps the schema
+        data = handler(self)
+        for key in _OPTIONAL:
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
+
+
+class AppendOut(BaseModel):
+    data: list[MessageOut]
+    thread_revision: int
