@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from app.agent_states.router import router as agent_states_router
 from app.core.metrics import Metrics
 from app.core.middleware import install_middleware
 from app.core.logging import configure_logging
@@ -17,12 +18,14 @@ from app.db import migrate
 from app.db.engine import Database
 from app.compactions.router import router as compactions_router
 from app.messages.router import router as messages_router
+from app.events.router import router as events_router
 from app.ops.router import router as ops_router
 from app.threads.router import router as threads_router
 
 log = logging.getLogger("agentstate")
 
-ROUTERS = [ops_router, threads_router, messages_router, compactions_router]
+ROUTERS = [ops_router, threads_router, messages_router, compactions_router, agent_states_router,
+           events_router]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

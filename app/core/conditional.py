@@ -8,7 +8,13 @@ from typing import Annotated
 
 from fastapi import Depends, Header
 
-from app.core.errors import InvalidHeader
+from app.core.errors import (
+    AlreadyExists,
+    InvalidHeader,
+    PreconditionFailed,
+    PreconditionRequired,
+    RevisionMismatch,
+)
 
 _ETAG = re.compile(r'\s*(W/)?"([^"]*)"\s*(?:,|$)')
 
@@ -85,6 +91,32 @@ def preconditions(
     return Preconditions(
         ETagList.parse("If-Match", if_match), ETagList.parse("If-None-Match", if_none_match)
     )
+
+
+def require_precondition(pre: Preconditions, *, required: bool, method: str, noun: str) -> None:
+    """428 for a write to an existing resource that names no revision (unless the
+    last-writer-wins setting turned the requirement off)."""
+    if required and not pre.any_given:
+        raise PreconditionRequired(
+            f'{method} of an existing {noun} needs If-Match: "<revision>" (the ETag you '
+            f"read), or If-Match: * to overwrite whatever is there."
+        )
+
+
+def check_preconditions(pre: Preconditions, current: int | None, *, required: bool,
+                        method: str, noun: str) -> None:
+    """Section 2 for a write to a resource now at revision `current` (None: it does not
+    exist). Raises 412 or 428; returning means the write may go ahead."""
+    if pre.if_match is not None and not pre.if_match.matches_strong(current):
+        raise RevisionMismatch(current)
+    if current is None:
+        return
+    if pre.create_only:
+        raise AlreadyExists(current)
+    if pre.if_none_match is not None and pre.if_none_match.matches_weak(current):
+        raise PreconditionFailed("If-None-Match names the current ETag.",
+                                 current_revision=current)
+    require_precondition(pre, required=required, method=method, noun=noun)
 
 
 def not_modified(if_none_match: str | None, revision: int) -> bool:

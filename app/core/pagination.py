@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Query, Request, Response
@@ -42,6 +42,24 @@ def decode_cursor(kind: str, cursor: str | None, arity: int) -> list[Any] | None
     if not isinstance(decoded, list) or len(decoded) != arity + 1 or decoded[0] != kind:
         raise InvalidCursor("The cursor is not one this list handed out.")
     return decoded[1:]
+
+
+def decode_name_cursor(kind: str, cursor: str | None, arity: int) -> tuple[str, ...] | None:
+    """`decode_cursor` for lists keyed by names (strings) only."""
+    values = decode_cursor(kind, cursor, arity)
+    if values is None:
+        return None
+    if not all(isinstance(value, str) for value in values):
+        raise InvalidCursor("The cursor is not one this list handed out.")
+    return tuple(values)
+
+
+def split_page(kind: str, rows: Sequence[T], limit: int,
+               key: Callable[[T], Sequence[Any]]) -> tuple[list[T], str | None]:
+    """Rows fetched with `limit + 1`: the page, and the cursor after it if there is more."""
+    page = list(rows[:limit])
+    more = len(rows) > limit
+    return page, encode_cursor(kind, key(page[-1])) if more else None
 
 
 def set_next_link(request: Request, response: Response, next_cursor: str | None) -> None:

@@ -26,6 +26,9 @@ JSONType = JSON()
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 # Client-chosen names: 1-255 characters.
 Name = String(255)
+# Names that lists sort by: byte order on Postgres whatever the database's locale, so both
+# backends page in the same order (names are ASCII, where "C" is SQLite's BINARY).
+SortedName = String(255).with_variant(String(255, collation="C"), "postgresql")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -12,11 +12,16 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.dependencies import Principal
+from app.core.errors import InvalidCursor
+from app.core.pagination import decode_cursor, encode_cursor
 from app.db.base import utcnow
 from app.events.models import Event
+from app.events.repository import EventRepository
+from app.events.schemas import EventOut, EventPage
 
 _PENDING = "agentstate_pending_events"
 _LOCK_NAMESPACE = 0x61677374  # "agst"
+CURSOR = "events"
 
 
 def record(
@@ -52,3 +57,26 @@ async def flush_events(session: AsyncSession) -> None:
             )
     at = utcnow()
     await session.execute(insert(Event), [{**event, "at": at} for event in pending])
+
+
+class EventService:
+    def __init__(self, session: AsyncSession, principal: Principal) -> None:
+        self.repo = EventRepository(session, principal.tenant_id)
+
+    async def list(self, *, limit: int, cursor: str | None, after: int | None,
+                   thread_id: str | None, types: list[str] | None) -> EventPage:
+        """A page of the log after `cursor` (or `after`, a seq). The next cursor is never null:
+        on an empty page it stays where the caller was, so polling with it misses nothing."""
+        if cursor is not None:
+            (after,) = decode_cursor(CURSOR, cursor, 1) or (None,)
+            if not isinstance(after, int) or isinstance(after, bool) or after < 0:
+                raise InvalidCursor("The cursor is not one this list handed out.")
+        start = after or 0
+        rows = await self.repo.list(after_seq=start, limit=limit + 1, thread_id=thread_id,
+                                    types=types)
+        page, more = rows[:limit], len(rows) > limit
+        last = page[-1].seq if page else start
+        return EventPage(
+            data=[EventOut.model_validate(row, from_attributes=True) for row in page],
+            next_cursor=encode_cursor(CURSOR, [last]), has_more=more,
+        )

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -8,11 +7,10 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 
 from app.auth.dependencies import ReadAccess, WriteAccess
 from app.core.conditional import Conditions, etag, not_modified
-from app.core.errors import Unprocessable
 from app.core.limits import SettingsDep
 from app.core.pagination import Cursor, Limit, Page, set_next_link
 from app.core.problems import responses
-from app.core.schemas import name_path
+from app.core.schemas import json_object_param, name_path
 from app.db.session import ReadSession, WriteSession
 from app.messages.service import MessageService
 from app.threads.schemas import (
@@ -28,21 +26,6 @@ router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
 ThreadId = Annotated[str, name_path("Thread id")]
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
-
-
-def _json_object_param(name: str, raw: str | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise Unprocessable(
-            f"{name} must be a JSON object, e.g. {name}={{\"team\":\"research\"}}.",
-            errors=[{"parameter": name, "code": "json_object", "message": "not a JSON object"}],
-        )
-    return value
 
 
 def _with_etag(response: Response, thread: ThreadOut) -> ThreadOut:
@@ -66,7 +49,7 @@ async def list_threads(
     updated_after: Annotated[datetime | None, Query(description="RFC 3339 timestamp.")] = None,
 ) -> Page[ThreadOut]:
     data, next_cursor = await ThreadService(session, principal, settings).list(
-        limit=limit, cursor=cursor, metadata=_json_object_param("metadata", metadata),
+        limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata),
         updated_after=updated_after,
     )
     set_next_link(request, response, next_cursor)

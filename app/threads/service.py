@@ -9,13 +9,12 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.dependencies import Principal
-from app.core.conditional import Preconditions
+from app.core.conditional import Preconditions, check_preconditions, require_precondition
 from app.core.errors import (
     AlreadyExists,
     InvalidCursor,
     NotFound,
     PreconditionFailed,
-    PreconditionRequired,
     RevisionMismatch,
     ThreadDeleted,
     ThreadExists,
@@ -76,12 +75,6 @@ class ThreadService:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
         raise RevisionMismatch(row.revision if row is not None else None)
 
-    def _require_precondition(self, pre: Preconditions, method: str) -> None:
-        if not pre.any_given and self.settings.require_preconditions:
-            raise PreconditionRequired(
-                f'{method} of an existing thread needs If-Match: "<revision>" (the ETag you '
-                f"read), or If-Match: * to overwrite whatever is there."
-            )
 
     async def create(self, body: ThreadCreate) -> ThreadOut:
         check_metadata(body.metadata, self.settings)
@@ -144,7 +137,8 @@ class ThreadService:
         if pre.if_none_match is not None and pre.if_none_match.matches_weak(current.revision):
             raise PreconditionFailed("If-None-Match names the current ETag.",
                                      current_revision=current.revision)
-        self._require_precondition(pre, "PUT")
+        require_precondition(pre, required=self.settings.require_preconditions, method="PUT",
+                             noun="thread")
         row = await self.repo.update(thread_id, values)
         if row is None:
             await self._refuse(thread_id)
@@ -166,18 +160,12 @@ class ThreadService:
     async def _locked_live(self, thread_id: str, pre: Preconditions, method: str) -> Row[Any]:
         """The live row, locked, after section 2's checks (404/410/412/428)."""
         row = await self.repo.get(thread_id, lock="update")
-        if row is None:
-            if pre.if_match is not None:
-                raise RevisionMismatch(None)
-            raise NotFound(f"Thread {thread_id!r} does not exist.")
-        if row.deleted_at is not None:
+        if row is not None and row.deleted_at is not None:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        if pre.if_match is not None and not pre.if_match.matches_strong(row.revision):
-            raise RevisionMismatch(row.revision)
-        if pre.if_none_match is not None and pre.if_none_match.matches_weak(row.revision):
-            raise PreconditionFailed("If-None-Match matches the current ETag.",
-                                     current_revision=row.revision)
-        self._require_precondition(pre, method)
+        check_preconditions(pre, row.revision if row is not None else None, method=method,
+                            noun="thread", required=self.settings.require_preconditions)
+        if row is None:
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
         return row
 
     async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions) -> ThreadOut:
@@ -229,8 +217,12 @@ class ThreadService:
         """
         row = await self.repo.get(thread_id, lock="share")
         if row is None and create:
-            row = await self._create(thread_id, {}, {}, utcnow())
-            if row is None:  # lost a create race; the winner's row is there now
+            # Insert only, never revive: a tombstone committed since our read (a DELETE that
+            # won the race) must answer 410, not be resurrected by a late writer.
+            row = await self.repo.insert(thread_id, {}, {}, utcnow())
+            if row is not None:
+                self._event("thread.created", thread_id, row.revision)
+            else:  # lost a race; the winner's row (live or tombstone) is there now
                 row = await self.repo.get(thread_id, lock="share")
         if row is None:
             raise NotFound(f"Thread {thread_id!r} does not exist.")

@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from app.core.schemas import Timestamp
+
+EventType = Literal[
+    "thread.created", "thread.updated", "thread.deleted",
+    "message.appended",
+    "compaction.created", "compaction.reverted",
+    "agent_state.created", "agent_state.updated", "agent_state.deleted",
+    "mcp_server.created", "mcp_server.updated", "mcp_server.deleted",
+]
+
+
+class EventOut(BaseModel):
+    seq: int = Field(description="Commit order; the only order of the log.")
+    at: Timestamp
+    type: str
+    thread_id: str | None = Field(None, description="Present when the change is in a thread.")
+    resource: str = Field(description="Path of the changed resource.")
+    revision: int | None = Field(description="The revision the change produced.")
+    actor: str = Field(description='The API key id, or "anonymous" when the server runs open.')
+
+    @model_serializer(mode="wrap")
+    def _omit_absent_thread(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - unannotated keeps the field schema in OpenAPI
+        data: dict[str, Any] = handler(self)
+        if data.get("thread_id") is None:
+            data.pop("thread_id", None)
+        return data
+
+
+class EventPage(BaseModel):
+    data: list[EventOut]
+    next_cursor: str = Field(
+        description="Never null: pass it back to get exactly the events committed since."
+    )
+    has_more: bool
