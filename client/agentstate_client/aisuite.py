@@ -149,12 +149,16 @@ class AgentStateStore:
         """
         payload = state.to_dict()
         messages = payload.pop("messages")
-        for _ in range(self.max_attempts):
+        for attempt in range(self.max_attempts):
             known = self._known.get(thread_id)
-            if known is None or (revision is not None and known[0] != revision):
-                known = self._refresh(thread_id, messages, verify=revision is None)
             if revision is not None and (known is None or known[0] != revision):
-                raise StateConflictError(thread_id, revision, known[0] if known else None)
+                known = self._refresh(thread_id, messages, verify=False)
+                if known is None or known[0] != revision:
+                    raise StateConflictError(thread_id, revision, known[0] if known else None)
+            elif known is None and attempt > 0:
+                # An overwrite of a thread this store has not seen starts as a create (one
+                # request for a first save); only when that finds a thread is it read.
+                known = self._refresh(thread_id, messages, verify=True)
             try:
                 thread = self._put(thread_id, payload, messages, metadata, known)
             except (PreconditionFailed, ThreadDeleted) as exc:
