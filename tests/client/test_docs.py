@@ -1,0 +1,36 @@
+"""Every Python example in docs/client.md runs, as written, against a real server."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.client.conftest import AGENT_STATE, MESSAGES, requires
+from tests.support import ROOT, ServerProcess
+
+DOC = ROOT / "docs" / "client.md"
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+
+
+def test_the_readme_section_has_the_three_styles() -> None:
+    section = DOC.read_text().split("## README section", 1)[1]
+    assert "### Using agentstate from an agent" in section
+    for needle in ("AgentStateClient", "AgentStateStore", "agentstate_client.colosseum"):
+        assert any(needle in block for block in BLOCKS if block in section), needle
+
+
+@requires(MESSAGES, AGENT_STATE)
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_example_runs(index: int, server: ServerProcess, tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(BLOCKS[index])
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path,
+                         env={**os.environ, "AGENTSTATE_URL": server.base_url})
+    assert run.returncode == 0, f"example {index}:\n{BLOCKS[index]}\n{run.stdout}{run.stderr}"
+    assert run.stdout.strip(), "every example shows something"
