@@ -43,5 +43,6 @@ __all__ = [
     "APIConnectionError", "APIError", "APITimeoutError", "AgentState", "AgentStateClient",
     "AgentStateError", "AlreadyExists", "AppendResult", "AsyncAgentStateClient", "Compaction",
     "Conflict", "Event", "McpServer", "Message", "NotFound", "Page", "PreconditionFailed",
-    "PreconditionRequired", "RevisionMismatch", "ThreadDeleted", "Unauthorized", "__version__",
+    "PreconditionRequired", "RevisionMismatch", "Thread", "ThreadDeleted", "Unauthorized",
+    "__version__",
 ]

@@ -103,7 +103,7 @@ class RetryPolicy:
         retry_after = _retry_after(response) if response is not None else None
         if retry_after is not None and 0 <= retry_after <= self.max_retry_after:
             return retry_after
-        backoff = min(self.max_delay, self.initial_delay * 2**attempt)
+        backoff = min(self.max_delay, self.initial_delay * 2.0**attempt)
         return backoff * (1 - 0.25 * random.random())
 
 
@@ -235,7 +235,7 @@ class _AsyncDriver:
                 error = exc
 
 
-class operation(Generic[P, R]):  # noqa: N801 - used as a decorator, like `property`
+class operation(Generic[P, R]):
     """Turns a generator method into a blocking method on `AgentStateClient` and a
     coroutine method on `AsyncAgentStateClient`, with the same signature and docstring."""
 
@@ -276,7 +276,7 @@ class operation(Generic[P, R]):  # noqa: N801 - used as a decorator, like `prope
         return self._present(run)
 
 
-class paginated(Generic[P, T]):  # noqa: N801
+class paginated(Generic[P, T]):
     """`iter_x = paginated(list_x)`: every item of every page, fetching pages as it goes."""
 
     def __init__(self, page: operation[P, Page[T]]) -> None:
@@ -302,7 +302,7 @@ class paginated(Generic[P, T]):  # noqa: N801
     def __get__(self, obj: Any, owner: type) -> Any:
         if obj is None:
             return self
-        page = self.page
+        page: Callable[..., Op[Page[Any]]] = self.page  # called with a cursor of its own
         if isinstance(obj, _AsyncDriver):
             async def iterate_async(*args: Any, cursor: str | None = None,
                                     **kwargs: Any) -> AsyncIterator[Any]:

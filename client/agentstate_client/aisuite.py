@@ -39,8 +39,8 @@ from agentstate_client.errors import AgentStateError, NotFound, PreconditionFail
 from agentstate_client.models import Message, Thread
 
 if TYPE_CHECKING:
-    from aisuite.agents.state_store import StoredRunState
-    from aisuite.agents.types import RunState
+    from aisuite.agents.state_store import StoredRunState  # type: ignore[import-untyped]
+    from aisuite.agents.types import RunState  # type: ignore[import-untyped]
 
 try:
     from aisuite.agents.state_store import StateConflictError as _AisuiteConflict
@@ -56,7 +56,7 @@ FIELDS = ("name", "tool_calls", "tool_call_id")
 PAGE = 1000
 
 
-class StateConflictError(_AisuiteConflict, AgentStateError):
+class StateConflictError(_AisuiteConflict, AgentStateError):  # type: ignore[misc]
     """A save lost an optimistic concurrency check; aisuite's `StateConflictError` too."""
 
     def __init__(self, thread_id: str, expected: int | None, current: int | None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-
 from agentstate_client import AgentStateClient, AsyncAgentStateClient
+
 from tests.support import ServerProcess
 
 

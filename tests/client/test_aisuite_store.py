@@ -9,11 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
-from aisuite.agents import InMemoryStateStore, RunState, StateConflictError, StoredRunState
-
 from agentstate_client import AgentStateClient
 from agentstate_client import aisuite as adapter
 from agentstate_client.aisuite import AgentStateStore
+from aisuite.agents import InMemoryStateStore, RunState, StateConflictError, StoredRunState
+
 from tests.client.conftest import COMPACTIONS, MESSAGES, requires
 from tests.support import ServerProcess
 

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
-
 from agentstate_client import AgentStateClient, colosseum
 from agentstate_client.colosseum import (
     load_agent_state,
@@ -15,6 +14,7 @@ from agentstate_client.colosseum import (
     save_agent_state,
     save_conversation,
 )
+
 from tests.client.conftest import AGENT_STATE, MESSAGES, requires
 from tests.support import ServerProcess
 

@@ -14,7 +14,7 @@ from tests.client.conftest import AGENT_STATE, MESSAGES, requires
 from tests.support import ROOT, ServerProcess
 
 DOC = ROOT / "docs" / "client.md"
-BLOCKS = re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.S | re.M)
+BLOCKS = re.findall(r"^```python\n(.*?)^```$", DOC.read_text(), re.DOTALL | re.MULTILINE)
 
 
 def test_the_readme_section_has_the_three_styles() -> None:

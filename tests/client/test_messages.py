@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agentstate_client import AgentStateClient, AppendResult, AsyncAgentStateClient, Message
 from agentstate_client.errors import (
     CompactionNotContiguous,
@@ -12,6 +11,7 @@ from agentstate_client.errors import (
     NotFound,
     RevisionMismatch,
 )
+
 from tests.client.conftest import COMPACTIONS, MESSAGES, requires
 from tests.support import ServerProcess
 

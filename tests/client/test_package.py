@@ -12,6 +12,7 @@ from pathlib import Path
 
 import agentstate_client
 from agentstate_client import AgentStateClient, AsyncAgentStateClient, errors
+
 from tests.support import ROOT, ServerProcess
 
 CLIENT = ROOT / "client"
@@ -22,8 +23,8 @@ def test_public_exports_are_pinned() -> None:
         "APIConnectionError", "APIError", "APITimeoutError", "AgentState", "AgentStateClient",
         "AgentStateError", "AlreadyExists", "AppendResult", "AsyncAgentStateClient",
         "Compaction", "Conflict", "Event", "McpServer", "Message", "NotFound", "Page",
-        "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "ThreadDeleted",
-        "Unauthorized", "__version__",
+        "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "Thread",
+        "ThreadDeleted", "Unauthorized", "__version__",
     ])
     for name in agentstate_client.__all__:
         assert getattr(agentstate_client, name) is not None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from agentstate_client import (
     AgentState,
     AgentStateClient,
@@ -15,6 +14,7 @@ from agentstate_client import (
     RevisionMismatch,
 )
 from agentstate_client.errors import AlreadyExists
+
 from tests.client.conftest import AGENT_STATE, EVENTS, MCP_SERVER, requires
 from tests.support import ServerProcess
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import httpx
 import pytest
-
 from agentstate_client import (
     AgentStateClient,
     APIConnectionError,
@@ -18,6 +17,7 @@ from agentstate_client import (
 )
 from agentstate_client import errors as E
 from agentstate_client._core import RetryPolicy
+
 from tests.client.conftest import MESSAGES, requires
 from tests.support import ServerProcess
 

@@ -6,7 +6,6 @@ import asyncio
 from datetime import datetime, timedelta
 
 import pytest
-
 from agentstate_client import (
     AgentStateClient,
     AsyncAgentStateClient,
@@ -17,6 +16,7 @@ from agentstate_client import (
     ThreadDeleted,
 )
 from agentstate_client.errors import AlreadyExists, ThreadExists, UnprocessableEntity
+
 from tests.support import ServerProcess
 
 
