@@ -187,27 +187,37 @@ def _connection_error(exc: httpx.TransportError) -> APIConnectionError:
     return cls(f"{type(exc).__name__}: {exc}", request=request)
 
 
+@dataclass(frozen=True)
+class _Done:
+    value: Any
+
+
+def _resume(steps: Op[Any], reply: Any, error: BaseException | None) -> Send | Sleep | _Done:
+    """Feed the last step's outcome (a response, or the transport error to raise inside the
+    operation) into `steps`; the next step, or `_Done` with the operation's result."""
+    try:
+        return steps.throw(error) if error is not None else steps.send(reply)
+    except StopIteration as stop:
+        return _Done(stop.value)
+
+
 class _SyncDriver:
     """Runs operations with blocking I/O."""
 
     _http: httpx.Client
 
     def _drive(self, steps: Op[R]) -> R:
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
+        outcome: tuple[Any, BaseException | None] = (None, None)
+        while not isinstance(step := _resume(steps, *outcome), _Done):
             if isinstance(step, Sleep):
                 time.sleep(step.seconds)
+                outcome = (None, None)
                 continue
             try:
-                reply = self._http.send(self._http.build_request(**step.kwargs))
+                outcome = (self._http.send(self._http.build_request(**step.kwargs)), None)
             except httpx.TransportError as exc:
-                error = exc
+                outcome = (None, exc)
+        return step.value  # type: ignore[no-any-return]
 
 
 class _AsyncDriver:
@@ -218,21 +228,17 @@ class _AsyncDriver:
     async def _drive(self, steps: Op[R]) -> R:
         import asyncio
 
-        reply: Any = None
-        error: BaseException | None = None
-        while True:
-            try:
-                step = steps.throw(error) if error is not None else steps.send(reply)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            reply, error = None, None
+        outcome: tuple[Any, BaseException | None] = (None, None)
+        while not isinstance(step := _resume(steps, *outcome), _Done):
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
+                outcome = (None, None)
                 continue
             try:
-                reply = await self._http.send(self._http.build_request(**step.kwargs))
+                outcome = (await self._http.send(self._http.build_request(**step.kwargs)), None)
             except httpx.TransportError as exc:
-                error = exc
+                outcome = (None, exc)
+        return step.value  # type: ignore[no-any-return]
 
 
 class operation(Generic[P, R]):
