@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -12,7 +13,15 @@ import pytest
 from agentstate_client import AgentStateClient
 from agentstate_client import aisuite as adapter
 from agentstate_client.aisuite import AgentStateStore
-from aisuite.agents import InMemoryStateStore, RunState, StateConflictError, StoredRunState
+from aisuite.agents import (
+    Agent,
+    InMemoryStateStore,
+    Runner,
+    RunState,
+    StateConflictError,
+    StoredRunState,
+    ThreadAlreadyExistsError,
+)
 
 from tests.client.conftest import COMPACTIONS, MESSAGES, requires
 from tests.support import ServerProcess
@@ -185,3 +194,39 @@ def test_error_is_aisuites_and_ours() -> None:
 
     assert issubclass(adapter.StateConflictError, StateConflictError)
     assert issubclass(adapter.StateConflictError, AgentStateError)
+
+
+class FakeModel:
+    """Stands in for aisuite's `Client`: answers every chat completion with one message."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[dict[str, Any]]] = []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def create(self, model: str, messages: list[dict[str, Any]], **_: Any) -> SimpleNamespace:
+        self.calls.append(messages)
+        reply = SimpleNamespace(role="assistant", content=f"reply {len(self.calls)}")
+        return SimpleNamespace(choices=[SimpleNamespace(message=reply)])
+
+
+def test_aisuite_runner_persists_and_continues_through_the_store(store: AgentStateStore,
+                                                                 recorder: Recorder,
+                                                                 uid: str) -> None:
+    agent = Agent(name="analyst", model="fake:model", instructions="Be terse.")
+    model = FakeModel()
+    thread_id = f"runner-{uid}"
+    Runner.run_sync(agent, "Hi", client=model, state_store=store, thread_id=thread_id,
+                    tracing_disabled=True)
+    with pytest.raises(ThreadAlreadyExistsError):
+        Runner.run_sync(agent, "Hi", client=model, state_store=store, thread_id=thread_id)
+
+    Runner.continue_sync(agent, "And then?", client=model, state_store=store,
+                         thread_id=thread_id, tracing_disabled=True)
+    assert model.calls[1] == [
+        {"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "reply 1"}, {"role": "user", "content": "And then?"}]
+    stored = AgentStateStore(store.client).load_state(thread_id)
+    assert stored.revision == 2 and stored.state.agent_name == "analyst"
+    assert [m["content"] for m in stored.state.messages] == [
+        "Be terse.", "Hi", "reply 1", "And then?", "reply 2"]
+    assert recorder.appended == [3, 2], "the continuation sent only its two new messages"
