@@ -53,6 +53,7 @@ class Replay:
 async def idempotency_request(
     request: Request,
     idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key",
         description="Makes a retry safe: the same key and body replay the first response "
         "(kept at least 24 h). 1-255 printable ASCII characters; a quoted "
         "structured-field string is accepted too.",
@@ -122,14 +123,16 @@ class IdempotencyStore:
         if request is None:
             return
         now = utcnow()
-        # Lazy expiry, a bounded batch at a time, so no write ever pays for a backlog.
-        expired = (
+        # Lazy expiry, a bounded batch at a time, so no write ever pays for a backlog. Two
+        # statements, not DELETE ... IN (subquery), which Postgres may answer with a seq scan.
+        expired = (await self.session.scalars(
             select(k.c.id)
             .where(k.c.tenant_id == self.tenant_id, k.c.created_at < now - self.ttl)
             .order_by(k.c.created_at)
             .limit(_PURGE_BATCH)
-        )
-        await self.session.execute(delete(k).where(k.c.id.in_(expired.scalar_subquery())))
+        )).all()
+        if expired:
+            await self.session.execute(delete(k).where(k.c.id.in_(expired)))
         await self.session.execute(insert(k).values(
             tenant_id=self.tenant_id, thread_pk=thread_pk, endpoint=endpoint, key=request.key,
             request_hash=request.fingerprint, status=status, response=body, created_at=now,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import Row, func, insert, literal_column, select, tuple_, update
+from sqlalchemy import BigInteger, Row, func, insert, literal, literal_column, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.errors import MessageExists
@@ -20,6 +20,15 @@ m = Message.__table__
 # from a constant, and a prepared statement's generic plan would otherwise miss `ix_messages_live`.
 LIVE = literal_column("'live'")
 Key = tuple[int, int]  # (position, seq): the order of both views
+
+
+def _key() -> Any:
+    return tuple_(m.c.position, m.c.seq)
+
+
+def _bound(key: Key) -> Any:
+    # Typed BIGINT like the columns (a plain int binds as INTEGER on Postgres).
+    return tuple_(*(literal(value, BigInteger) for value in key))
 
 
 class MessageRepository:
@@ -73,24 +82,25 @@ class MessageRepository:
             select(m).where(self._thread(thread_pk), m.c.message_id == message_id)
         )).first()
 
-    async def page(self, thread_pk: int, *, live: bool, descending: bool, after: Key | None,
-                   min_position: int | None, max_position: int | None, role: str | None,
-                   agent_name: str | None, limit: int) -> list[Row[Any]]:
-        """One page of a view in (position, seq) order, starting after the keyset `after`."""
+    async def page(self, thread_pk: int, *, live: bool, descending: bool, lower: Key | None,
+                   upper: Key | None, role: str | None, agent_name: str | None,
+                   limit: int) -> list[Row[Any]]:
+        """One page of a view in (position, seq) order, strictly between two keys.
+
+        Every bound is a (position, seq) row value, so both backends seek the index to it
+        instead of stepping over the rows before it.
+        """
         stmt = select(m).where(self._thread(thread_pk))
         if live:
             stmt = stmt.where(m.c.status == LIVE)
-        if min_position is not None:
-            stmt = stmt.where(m.c.position > min_position)
-        if max_position is not None:
-            stmt = stmt.where(m.c.position < max_position)
+        if lower is not None:
+            stmt = stmt.where(_key() > _bound(lower))
+        if upper is not None:
+            stmt = stmt.where(_key() < _bound(upper))
         if role is not None:
             stmt = stmt.where(m.c.role == role)
         if agent_name is not None:
             stmt = stmt.where(m.c.agent_name == agent_name)
-        key = tuple_(m.c.position, m.c.seq)
-        if after is not None:
-            stmt = stmt.where(key < tuple_(*after) if descending else key > tuple_(*after))
         if descending:
             stmt = stmt.order_by(m.c.position.desc(), m.c.seq.desc())
         else:
@@ -110,8 +120,7 @@ class MessageRepository:
         inside = (
             select(m.c.seq)
             .where(self._thread(thread_pk), m.c.status == LIVE,
-                   tuple_(m.c.position, m.c.seq) >= tuple_(*first),
-                   tuple_(m.c.position, m.c.seq) <= tuple_(*last))
+                   _key() >= _bound(first), _key() <= _bound(last))
             .limit(cap)
             .subquery()
         )

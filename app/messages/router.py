@@ -17,7 +17,7 @@ from app.core.schemas import name_path
 from app.db.session import ReadSession, WriteSession
 from app.messages.idempotency import IdempotencyDep
 from app.messages.schemas import AppendOut, MessageBatch, MessageIn, MessageOut, Role
-from app.messages.service import MessageService, Order, View
+from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"])
 
@@ -73,7 +73,7 @@ def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JS
 
 
 @router.post("", status_code=201, response_model=AppendOut,
-             responses=responses(404, 409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
+             responses=responses(409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],
@@ -96,8 +96,10 @@ async def list_messages(
     cursor: Cursor = None, order: Order = "asc",
     view: Annotated[View, Query(description="live: what the model sees (summaries stand in "
                                 "for compacted runs); full: everything, summaries included.")] = "live",
-    after_seq: Annotated[int | None, Query(description="Only position > after_seq.")] = None,
-    before_seq: Annotated[int | None, Query(description="Only position < before_seq.")] = None,
+    after_seq: Annotated[int | None, Query(ge=0, le=ABOVE_ANY_SEQ,
+                                           description="Only position > after_seq.")] = None,
+    before_seq: Annotated[int | None, Query(ge=0, le=ABOVE_ANY_SEQ,
+                                            description="Only position < before_seq.")] = None,
     role: Role | None = None,
     agent_name: str | None = None,
 ) -> Page[MessageOut]:

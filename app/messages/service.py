@@ -22,6 +22,7 @@ from app.threads.schemas import ThreadWithMessages
 from app.threads.service import ThreadService, messages_path, to_out as thread_out
 
 View = Literal["live", "full"]
+ABOVE_ANY_SEQ = 2**62
 Order = Literal["asc", "desc"]
 
 
@@ -77,16 +78,17 @@ class MessageService:
                             count: int) -> Row[Any]:
         """The append's UPDATE touched no row: create a missing thread (API.md section 3),
         or say why not (410 deleted, 412 If-Match not current)."""
+        if if_match is None:
+            # Also the path of a thread another request created since our UPDATE.
+            await self.thread_service.ensure_live(thread_id)
+            row = await self.threads.advance(thread_id, seqs=count, live_delta=count)
+            if row is None:  # deleted between the create and here
+                raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+            return row
         current = await self.threads.get(thread_id)
         if current is not None and current.deleted_at is not None:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        if current is not None or if_match is not None:
-            raise RevisionMismatch(current.revision if current is not None else None)
-        await self.thread_service.ensure_live(thread_id)
-        row = await self.threads.advance(thread_id, seqs=count, live_delta=count)
-        if row is None:  # deleted between the create and here
-            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        return row
+        raise RevisionMismatch(current.revision if current is not None else None)
 
     async def page(self, thread_pk: int, *, view: View = "live", order: Order = "asc",
                    cursor: str | None = None, after_seq: int | None = None,
@@ -94,12 +96,23 @@ class MessageService:
                    agent_name: str | None = None,
                    limit: int) -> tuple[list[MessageOut], str | None]:
         after = decode_cursor("messages", cursor, 2)
-        if after is not None and not all(type(value) is int for value in after):
+        if after is not None and not all(
+            type(value) is int and 0 <= value <= ABOVE_ANY_SEQ for value in after
+        ):
             raise InvalidCursor("The cursor is not one this list handed out.")
+        # Filters and the cursor become (position, seq) bounds: position > after_seq is
+        # (position, seq) > (after_seq, ABOVE_ANY_SEQ), position < before_seq is < (before_seq, 0).
+        lower = (after_seq, ABOVE_ANY_SEQ) if after_seq is not None else None
+        upper = (before_seq, 0) if before_seq is not None else None
+        if after is not None:
+            key = (after[0], after[1])
+            if order == "desc":
+                upper = min(upper, key) if upper else key
+            else:
+                lower = max(lower, key) if lower else key
         rows = await self.repo.page(
-            thread_pk, live=view == "live", descending=order == "desc",
-            after=(after[0], after[1]) if after else None, min_position=after_seq,
-            max_position=before_seq, role=role, agent_name=agent_name, limit=limit + 1,
+            thread_pk, live=view == "live", descending=order == "desc", lower=lower,
+            upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
         )
         page = rows[:limit]
         next_cursor = (encode_cursor("messages", [page[-1].position, page[-1].seq])

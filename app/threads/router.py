@@ -78,7 +78,7 @@ async def get_thread(
     return _with_etag(response, thread)
 
 
-@router.put("/{thread_id}", responses={**responses(410, 412, 428), 201: {"model": ThreadOut}},
+@router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
             summary="Create or replace a thread")
 async def put_thread(thread_id: ThreadId, body: ThreadReplace, response: Response,
                      session: WriteSession, principal: WriteAccess, settings: SettingsDep,

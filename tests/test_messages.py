@@ -1,0 +1,351 @@
+"""Messages over HTTP: API.md section 4 (and `append_messages` / `?include=messages` of
+section 3), on SQLite and Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from app.events.models import Event
+from tests.support import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+JSON = {"content-type": "application/json"}
+
+
+async def events_of(app: FastAPI, thread_id: str) -> list[tuple[str, int | None, str]]:
+    # The events router is another slice; read the audit rows the write committed.
+    async with app.state.db.read_sessions() as session:
+        rows = await session.execute(
+            select(Event.type, Event.revision, Event.resource)
+            .where(Event.thread_id == thread_id).order_by(Event.seq)
+        )
+        return [tuple(row) for row in rows]
+
+
+def msg(i: int, **extra: object) -> dict:
+    return {"role": "user", "content": f"message {i}", **extra}
+
+
+async def all_messages(client: httpx.AsyncClient, thread_id: str, **params: object) -> list[dict]:
+    seen: list[dict] = []
+    cursor = None
+    while True:
+        query = {**params, **({"cursor": cursor} if cursor else {})}
+        page = await client.get(f"/v1/threads/{thread_id}/messages", params=query)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        seen += body["data"]
+        if not body["has_more"]:
+            assert body["next_cursor"] is None and "link" not in page.headers
+            return seen
+        assert body["next_cursor"] in page.headers["link"]
+        cursor = body["next_cursor"]
+
+
+async def test_append_creates_the_thread_and_numbers_messages(app, client: httpx.AsyncClient,
+                                                              uid: str) -> None:
+    url = f"/v1/threads/{uid}/messages"
+    one = await client.post(url, json={"role": "user", "content": "hello", "agent_name": "a1"})
+    assert one.status_code == 201, one.text
+    assert one.headers["etag"] == '"2"', "created at revision 1, the append is revision 2"
+    body = one.json()
+    assert body["thread_revision"] == 2
+    [stored] = body["data"]
+    assert stored["id"].startswith("msg_")
+    assert {k: v for k, v in stored.items() if k not in ("id", "created_at")} == {
+        "seq": 1, "position": 1, "role": "user", "content": "hello", "agent_name": "a1",
+        "metadata": {}, "status": "live",
+    }
+    batch = await client.post(url, json={"messages": [msg(2), msg(3, id="client-id")]})
+    assert batch.status_code == 201 and batch.headers["etag"] == '"3"'
+    assert [(m["seq"], m["position"]) for m in batch.json()["data"]] == [(2, 2), (3, 3)]
+    assert batch.json()["data"][1]["id"] == "client-id"
+    ids = [stored["id"]] + [m["id"] for m in batch.json()["data"]]
+    assert ids[:2] == sorted(ids[:2]), "server ids sort by creation"
+
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert thread["revision"] == 3 and thread["message_count"] == 3 and thread["state"] == {}
+    by_id = await client.get(f"{url}/client-id")
+    assert by_id.status_code == 200 and by_id.json() == batch.json()["data"][1]
+    assert await events_of(app, uid) == [
+        ("thread.created", 1, f"/v1/threads/{uid}"),
+        ("message.appended", 2, url),
+        ("message.appended", 3, url),
+    ]
+
+
+async def test_openai_fields_and_content_parts_round_trip_exactly(client: httpx.AsyncClient,
+                                                                  uid: str) -> None:
+    # Sent as raw bytes: key order, unicode, floats and nesting must come back unchanged.
+    parts = '[{"type":"text","text":"héllo ✓","z":[1,2.5,{"b":1,"a":null}]},' \
+            '{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]'
+    calls = '[{"id":"call_1","type":"function","function":{"name":"get","arguments":"{\\"q\\": 1}"}}]'
+    messages = [
+        f'{{"role":"user","content":{parts},"name":"alice"}}',
+        f'{{"role":"assistant","content":null,"tool_calls":{calls}}}',
+        '{"role":"tool","tool_call_id":"call_1","content":"42","metadata":{"z":1,"a":2}}',
+        '{"role":"developer","content":""}',
+    ]
+    raw = ('{"messages":[' + ",".join(messages) + "]}").encode()
+    posted = await client.post(f"/v1/threads/{uid}/messages", content=raw, headers=JSON)
+    assert posted.status_code == 201, posted.text
+    for response in (posted, await client.get(f"/v1/threads/{uid}/messages")):
+        text = response.text
+        assert f'"content":{parts},"name":"alice"' in text
+        assert f'"tool_calls":{calls}' in text
+        assert '"tool_call_id":"call_1","agent_name"' not in text, "absent members stay absent"
+        assert '"metadata":{"z":1,"a":2}' in text
+    data = (await client.get(f"/v1/threads/{uid}/messages")).json()["data"]
+    assert [sorted(m) for m in data] == [
+        sorted(["id", "seq", "position", "role", "content", "name", "metadata", "created_at",
+                "status"]),
+        sorted(["id", "seq", "position", "role", "content", "tool_calls", "metadata",
+                "created_at", "status"]),
+        sorted(["id", "seq", "position", "role", "content", "tool_call_id", "metadata",
+                "created_at", "status"]),
+        sorted(["id", "seq", "position", "role", "content", "metadata", "created_at", "status"]),
+    ]
+    assert data[1]["content"] is None and data[3]["content"] == ""
+
+
+@pytest.mark.parametrize("body, pointer, code", [
+    ({"role": "user", "content": "x", "contnet": "typo"}, "/contnet", "unknown_field"),
+    ({"messages": [{"role": "user"}, {"role": "user", "extra": 1}]}, "/messages/1/extra",
+     "unknown_field"),
+    ({"messages": [{"role": "user"}], "other": 1}, "/other", "unknown_field"),
+    ({"role": "robot"}, "/role", "validation_failed"),
+    ({"content": "no role"}, "/role", "validation_failed"),
+    ({"role": "user", "content": 5}, "/content", "validation_failed"),
+    ({"role": "user", "content": [{"text": "no type"}]}, "/content", "validation_failed"),
+    ({"role": "user", "content": ["a string part"]}, "/content", "validation_failed"),
+    ({"role": "user", "tool_calls": [{"id": "c", "type": "function"}]}, "/tool_calls",
+     "validation_failed"),
+    ({"role": "assistant", "tool_calls": [{"type": "function"}]}, "/tool_calls",
+     "validation_failed"),
+    ({"role": "assistant", "tool_call_id": "c"}, "/tool_call_id", "validation_failed"),
+    ({"role": "user", "id": ".hidden"}, "/id", "validation_failed"),
+    ({"role": "user", "metadata": []}, "/metadata", "validation_failed"),
+    ({"messages": []}, "/messages", "validation_failed"),
+])
+async def test_bad_messages_are_422_naming_the_member(client: httpx.AsyncClient, uid: str,
+                                                      body: dict, pointer: str, code: str) -> None:
+    response = await client.post(f"/v1/threads/{uid}/messages", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["code"] == code
+    assert pointer in [e.get("pointer") for e in problem["errors"]], problem
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404, "nothing was written"
+
+
+async def test_limits(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}/messages"
+    too_many = await client.post(url, json={"messages": [msg(i) for i in range(101)]})
+    assert too_many.status_code == 422 and too_many.json()["errors"][0]["pointer"] == "/messages"
+    keys = {f"k{i}": i for i in range(65)}
+    meta = await client.post(url, json={"messages": [msg(1), msg(2, metadata=keys)]})
+    assert meta.status_code == 422
+    assert meta.json()["errors"][0]["pointer"] == "/messages/1/metadata"
+    ok = await client.post(url, json={"messages": [msg(i) for i in range(100)]})
+    assert ok.status_code == 201 and len(ok.json()["data"]) == 100
+
+
+async def test_taken_ids_write_nothing(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}/messages"
+    assert (await client.post(url, json=msg(1, id="a"))).status_code == 201
+    for body in ({"messages": [msg(2, id="b"), msg(3, id="a")]},
+                 {"messages": [msg(2, id="c"), msg(3, id="c")]}):
+        conflict = await client.post(url, json=body)
+        assert conflict.status_code == 409, conflict.text
+        assert conflict.json()["code"] == "message_exists"
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert (thread["revision"], thread["message_count"]) == (2, 1)
+    assert (await client.get(f"{url}/b")).status_code == 404
+    after = await client.post(url, json=msg(4))
+    assert after.json()["data"][0]["seq"] == 2, "a refused append leaves no gap"
+
+
+async def test_if_match_on_append_and_deleted_threads(client: httpx.AsyncClient,
+                                                      uid: str) -> None:
+    url = f"/v1/threads/{uid}/messages"
+    missing = await client.post(url, json=msg(1), headers={"If-Match": '"1"'})
+    assert missing.status_code == 412 and missing.json()["current_revision"] is None
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+    await client.post("/v1/threads", json={"thread_id": uid})
+    stale = await client.post(url, json=msg(1), headers={"If-Match": '"7"'})
+    assert stale.status_code == 412
+    assert (stale.json()["code"], stale.json()["current_revision"]) == ("revision_mismatch", 1)
+    ok = await client.post(url, json=msg(1), headers={"If-Match": '"1"'})
+    assert ok.status_code == 201 and ok.headers["etag"] == '"2"'
+
+    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"2"'})).status_code == 204
+    for headers in ({}, {"If-Match": '"2"'}, {"Idempotency-Key": "late"}):
+        late = await client.post(url, json=msg(2), headers=headers)
+        assert late.status_code == 410, late.text
+        assert late.json()["code"] == "thread_deleted"
+    assert (await client.get(url)).status_code == 404
+    assert (await client.get(f"{url}/{ok.json()['data'][0]['id']}")).status_code == 404
+
+    again = await client.put(f"/v1/threads/{uid}", json={"state": {}},
+                             headers={"If-None-Match": "*"})
+    assert again.status_code == 201
+    fresh = await client.post(url, json=msg(3))
+    assert fresh.json()["data"][0]["seq"] == 1, "the deleted thread's messages went with it"
+    assert (await client.get(url)).json()["data"] == fresh.json()["data"]
+
+
+async def test_reads_404(client: httpx.AsyncClient, uid: str) -> None:
+    assert (await client.get(f"/v1/threads/{uid}/messages")).status_code == 404
+    await client.post(f"/v1/threads/{uid}/messages", json=msg(1))
+    missing = await client.get(f"/v1/threads/{uid}/messages/nope")
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    huge = base64.urlsafe_b64encode(json.dumps(["messages", 2**70, 1]).encode()).decode()
+    for params in ({"cursor": "junk"}, {"cursor": "WyJ0aHJlYWRzIiwxXQ"}, {"cursor": huge}):
+        assert (await client.get(f"/v1/threads/{uid}/messages", params=params)).status_code == 400
+    for params in ({"limit": 0}, {"limit": 1001}, {"view": "all"}, {"order": "up"},
+                   {"role": "robot"}, {"after_seq": 2**63}, {"before_seq": -1}):
+        bad = await client.get(f"/v1/threads/{uid}/messages", params=params)
+        assert bad.status_code == 422, params
+
+
+async def test_pagination_over_250_messages_both_orders(client: httpx.AsyncClient,
+                                                        uid: str) -> None:
+    url = f"/v1/threads/{uid}/messages"
+    for start in range(0, 260, 100):
+        batch = [msg(i, agent_name=f"agent{i % 3}", role="user" if i % 2 else "assistant")
+                 for i in range(start, min(start + 100, 260))]
+        assert (await client.post(url, json={"messages": batch})).status_code == 201
+    ascending = await all_messages(client, uid, limit=7)
+    assert [m["seq"] for m in ascending] == list(range(1, 261))
+    descending = await all_messages(client, uid, limit=13, order="desc")
+    assert [m["seq"] for m in descending] == list(range(260, 0, -1))
+    assert len({m["id"] for m in descending}) == 260
+    big = await client.get(url, params={"limit": 1000})
+    assert len(big.json()["data"]) == 260 and big.json()["has_more"] is False
+
+    # Filters narrow first; order and limit then take from the start of the ordered set.
+    first = await client.get(url, params={"before_seq": 100, "limit": 5})
+    assert [m["seq"] for m in first.json()["data"]] == [1, 2, 3, 4, 5]
+    last = await client.get(url, params={"before_seq": 100, "limit": 5, "order": "desc"})
+    assert [m["seq"] for m in last.json()["data"]] == [99, 98, 97, 96, 95]
+    window = await all_messages(client, uid, after_seq=10, before_seq=31, limit=4)
+    assert [m["seq"] for m in window] == list(range(11, 31))
+    window = await all_messages(client, uid, after_seq=10, before_seq=31, limit=4, order="desc")
+    assert [m["seq"] for m in window] == list(range(30, 10, -1))
+    agents = await all_messages(client, uid, agent_name="agent1", role="user", limit=9)
+    assert [m["seq"] for m in agents] == [i + 1 for i in range(260) if i % 3 == 1 and i % 2]
+
+
+async def test_put_with_append_messages_is_one_revision(app, client: httpx.AsyncClient,
+                                                        uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    created = await client.put(url, headers={"If-None-Match": "*"}, json={
+        "state": {"step": 1}, "append_messages": [msg(1), msg(2)]})
+    assert created.status_code == 201, created.text
+    assert (created.json()["revision"], created.json()["message_count"]) == (1, 2)
+    replaced = await client.put(url, headers={"If-Match": '"1"'}, json={
+        "state": {"step": 2}, "append_messages": [msg(3, id="turn-2")]})
+    assert replaced.status_code == 200 and replaced.headers["etag"] == '"2"'
+    assert replaced.json()["message_count"] == 3 and replaced.json()["state"] == {"step": 2}
+    plain = await client.put(url, headers={"If-Match": '"2"'}, json={"state": {"step": 3}})
+    assert plain.json()["message_count"] == 3
+    messages = (await client.get(f"{url}/messages")).json()["data"]
+    assert [(m["seq"], m["content"]) for m in messages] == [
+        (1, "message 1"), (2, "message 2"), (3, "message 3")]
+    assert await events_of(app, uid) == [
+        ("thread.created", 1, url), ("message.appended", 1, f"{url}/messages"),
+        ("thread.updated", 2, url), ("message.appended", 2, f"{url}/messages"),
+        ("thread.updated", 3, url),
+    ]
+
+    # A refused PUT writes neither the state nor the messages.
+    taken = await client.put(url, headers={"If-Match": '"3"'}, json={
+        "state": {"step": 4}, "append_messages": [msg(4, id="turn-2")]})
+    assert taken.status_code == 409 and taken.json()["code"] == "message_exists"
+    stale = await client.put(url, headers={"If-Match": '"1"'}, json={
+        "state": {"step": 4}, "append_messages": [msg(4)]})
+    assert stale.status_code == 412
+    bad = await client.put(url, headers={"If-Match": '"3"'}, json={
+        "state": {}, "append_messages": [{"role": "user", "bogus": 1}]})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
+    final = (await client.get(url)).json()
+    assert (final["revision"], final["state"], final["message_count"]) == (3, {"step": 3}, 3)
+
+
+async def test_get_thread_include_messages(client: httpx.AsyncClient, uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    await client.post(f"{url}/messages", json={"messages": [msg(i) for i in range(5)]})
+    plain = (await client.get(url)).json()
+    assert "messages" not in plain and "messages_next_cursor" not in plain
+    full = await client.get(url, params={"include": "messages"})
+    assert full.status_code == 200 and full.headers["etag"] == '"2"'
+    assert len(full.json()["messages"]) == 5 and full.json()["messages_next_cursor"] is None
+    assert {k: v for k, v in full.json().items()
+            if k not in ("messages", "messages_next_cursor")} == plain
+    paged = (await client.get(url, params={"include": "messages", "messages_limit": 2})).json()
+    assert [m["seq"] for m in paged["messages"]] == [1, 2]
+    rest = await client.get(f"{url}/messages", params={"cursor": paged["messages_next_cursor"]})
+    assert [m["seq"] for m in rest.json()["data"]] == [3, 4, 5]
+    for params in ({"include": "nothing"}, {"include": "messages", "messages_limit": 1001}):
+        assert (await client.get(url, params=params)).status_code == 422
+    cached = await client.get(url, params={"include": "messages"}, headers={"If-None-Match": '"2"'})
+    assert cached.status_code == 304
+
+
+async def append_many(client: httpx.AsyncClient, url: str, agent: int, count: int) -> list[int]:
+    seqs = []
+    for i in range(count):
+        response = await client.post(url, json=msg(i, agent_name=f"agent-{agent}"))
+        assert response.status_code == 201, response.text
+        seqs.append(response.json()["data"][0]["seq"])
+    assert seqs == sorted(seqs), "one agent's messages keep their order"
+    return seqs
+
+
+async def check_thousand(client: httpx.AsyncClient, thread_id: str, seqs: list[int]) -> None:
+    assert sorted(seqs) == list(range(1, 1001)), "no gap, no repeat"
+    stored = await all_messages(client, thread_id, limit=1000)
+    assert [m["seq"] for m in stored] == list(range(1, 1001))
+    thread = (await client.get(f"/v1/threads/{thread_id}")).json()
+    assert thread["message_count"] == 1000 and thread["revision"] == 1001
+
+
+async def test_twenty_agents_append_concurrently(app, uid: str) -> None:
+    clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+               for _ in range(20)]
+    url = f"/v1/threads/{uid}/messages"
+    try:
+        results = await asyncio.gather(*(append_many(c, url, i, 50) for i, c in enumerate(clients)))
+        await check_thousand(clients[0], uid, [s for seqs in results for s in seqs])
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_twenty_agents_across_two_server_processes(database_url: str, uid: str) -> None:
+    with ServerProcess(database_url) as one, ServerProcess(database_url) as two:
+        clients = [httpx.AsyncClient(base_url=(one, two)[i % 2].base_url, timeout=60)
+                   for i in range(20)]
+        url = f"/v1/threads/{uid}/messages"
+        try:
+            results = await asyncio.gather(
+                *(append_many(c, url, i, 50) for i, c in enumerate(clients)))
+            await check_thousand(clients[0], uid, [s for seqs in results for s in seqs])
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+        assert "Traceback" not in one.logs() + two.logs()
+
+
+async def test_openapi_declares_the_message_routes(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    append = spec["paths"]["/v1/threads/{thread_id}/messages"]["post"]
+    assert {"201", "409", "410", "412", "422"} <= set(append["responses"])
+    assert "oneOf" in json.dumps(append["requestBody"])
+    assert "Idempotency-Key" in [p["name"] for p in append["parameters"]]
