@@ -1,12 +1,16 @@
-"""`agentstate`: serve, migrate."""
+"""`agentstate`: serve, migrate, export, secrets."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 from app.core.settings import Settings
+
+if TYPE_CHECKING:
+    from app.core.secretbox import SecretBox
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -56,6 +60,76 @@ def _run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _export(settings: Settings) -> int:
+    from app.db.engine import Database
+    from app.db.export import export
+
+    db = Database(settings)
+    try:
+        return await export(db.engine, sys.stdout, sys.stderr)
+    finally:
+        await db.dispose()
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    settings = Settings()
+    print(f"exporting {settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
+    total = asyncio.run(_export(settings))
+    print(f"exported {total} rows", file=sys.stderr)
+    return 0
+
+
+async def _rotate(settings: Settings, box: SecretBox) -> tuple[int, list[str]]:
+    from app.db.engine import Database
+    from app.mcp_servers.service import rotate_batch
+
+    db = Database(settings)
+    rotated, unreadable, after = 0, [], 0
+    try:
+        while True:
+            # A transaction per batch: rotation is idempotent, so an interrupted run is
+            # finished by running it again, and writers are never held up for long.
+            async with db.write_sessions() as session, session.begin():
+                last, count, failed = await rotate_batch(session, box, after, 500)
+            if last is None:
+                return rotated, unreadable
+            rotated, after = rotated + count, last
+            unreadable += failed
+            print(f"re-encrypted {rotated} so far", file=sys.stderr, flush=True)
+    finally:
+        await db.dispose()
+
+
+def _run_rotate(args: argparse.Namespace) -> int:
+    from app.core.secretbox import SecretKeyError, load_secret_box
+
+    settings = Settings()
+    try:
+        box = load_secret_box(settings)
+    except SecretKeyError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if box is None:
+        print("error: AGENTSTATE_SECRET_KEYS is not set; put the new key first, then the old "
+              "ones, e.g. AGENTSTATE_SECRET_KEYS=<new>,<old>", file=sys.stderr)
+        return 2
+    rotated, unreadable = asyncio.run(_rotate(settings, box))
+    print(f"re-encrypted the secrets of {rotated} MCP servers with the first key",
+          file=sys.stderr)
+    if unreadable:
+        print(f"error: no configured key opens the secrets of {len(unreadable)} MCP servers: "
+              + ", ".join(unreadable), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run_new_key(args: argparse.Namespace) -> int:
+    from app.core.secretbox import new_key
+
+    print(new_key())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentstate", description="The state service AI agents keep their memory in."
@@ -77,6 +151,19 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser("migrate", help="upgrade the database schema (alembic upgrade)")
     migrate.add_argument("revision", nargs="?", default="head")
     migrate.set_defaults(func=_run_migrate)
+
+    export = sub.add_parser("export", help="write all tenant data to stdout as JSON lines "
+                                           "(secrets as \"***\"); progress on stderr")
+    export.set_defaults(func=_run_export)
+
+    secrets = sub.add_parser("secrets", help="keys for MCP server secrets")
+    secrets_sub = secrets.add_subparsers(dest="secrets_command", required=True)
+    rotate = secrets_sub.add_parser(
+        "rotate", help="re-encrypt every stored secret with the first key of "
+                       "AGENTSTATE_SECRET_KEYS (the others only need to open the old ones)")
+    rotate.set_defaults(func=_run_rotate)
+    new_key = secrets_sub.add_parser("new-key", help="print a new key for AGENTSTATE_SECRET_KEYS")
+    new_key.set_defaults(func=_run_new_key)
     return parser
 
 

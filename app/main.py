@@ -13,19 +13,21 @@ from app.core.metrics import Metrics
 from app.core.middleware import install_middleware
 from app.core.logging import configure_logging
 from app.core.problems import install_handlers
+from app.core.secretbox import load_secret_box
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
 from app.compactions.router import router as compactions_router
 from app.messages.router import router as messages_router
 from app.events.router import router as events_router
+from app.mcp_servers.router import router as mcp_servers_router
 from app.ops.router import router as ops_router
 from app.threads.router import router as threads_router
 
 log = logging.getLogger("agentstate")
 
 ROUTERS = [ops_router, threads_router, messages_router, compactions_router, agent_states_router,
-           events_router]
+           mcp_servers_router, events_router]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -39,6 +41,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if settings.should_auto_migrate:
                 await migrate.upgrade(db.engine)
             app.state.db = db
+            app.state.secret_box = load_secret_box(settings)
+            if app.state.secret_box is None:
+                log.warning("AGENTSTATE_SECRET_KEYS is not set: MCP server writes that carry "
+                            "secrets will be refused")
             log.info("agentstate ready", extra={"database": settings.redacted_database_url()})
             yield
         finally:

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from app.core.settings import Settings
 from app.db import migrate
@@ -77,6 +78,23 @@ async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
         yield c
+
+
+@pytest.fixture
+def secret_key() -> str:
+    from app.core.secretbox import new_key
+
+    return new_key()
+
+
+@pytest.fixture
+async def keyed_client(settings: Settings, secret_key: str) -> AsyncIterator[httpx.AsyncClient]:
+    """Like `client`, on a server that has a key for MCP secrets (AGENTSTATE_SECRET_KEYS)."""
+    application = create_app(settings.model_copy(update={"secret_keys": [SecretStr(secret_key)]}))
+    async with application.router.lifespan_context(application):
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
+            yield c
 
 
 @pytest.fixture

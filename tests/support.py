@@ -104,3 +104,21 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+async def drain(client: httpx.AsyncClient, cursor: str | None = None,
+                **params: object) -> tuple[list[dict], str]:
+    """Every event after `cursor`, following next_cursor; and the cursor to poll with."""
+    events: list[dict] = []
+    while True:
+        query = {"limit": 100, **params, **({"cursor": cursor} if cursor else {})}
+        page = await client.get("/v1/events", params=query)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        events += body["data"]
+        assert body["next_cursor"], "next_cursor is never null"
+        cursor = body["next_cursor"]
+        if not body["has_more"]:
+            assert "link" not in page.headers
+            return events, cursor
+        assert cursor in page.headers["link"]

@@ -152,6 +152,22 @@ class PreconditionRequired(AppError):
     status, code, title = 428, "precondition_required", "Precondition Required"
 
 
+class UnknownSecret(Unprocessable):
+    code = "unknown_secret"
+
+
+class SecretsNotConfigured(AppError):
+    """The server has no key to encrypt secrets with: an operator's fix, not the client's."""
+
+    status, code, title = 500, "secrets_not_configured", "Secrets are not configured"
+
+
+class SecretsUndecryptable(AppError):
+    """Stored secrets were written with a key that is no longer configured."""
+
+    status, code, title = 500, "secrets_undecryptable", "Secrets cannot be decrypted"
+
+
 class ServiceUnavailable(AppError):
     status, code, title = 503, "database_unavailable", "Service Unavailable"
 

@@ -58,6 +58,7 @@ _DESCRIPTIONS = {
     415: "Content-Type is not JSON.",
     422: "Body or parameters break the schema or a limit.",
     428: "If-Match (or If-None-Match: *) is required.",
+    500: "The server cannot encrypt or decrypt secrets (no or wrong AGENTSTATE_SECRET_KEYS).",
     503: "Database unavailable; retry after Retry-After seconds.",
 }
 COMMON = (400, 401, 403, 422, 503)

@@ -1,0 +1,124 @@
+"""Authenticated encryption of secrets at rest (MCP server secrets).
+
+Fernet (AES-128-CBC with HMAC-SHA256, from `cryptography`) through `MultiFernet`: it is
+authenticated, a key is one standard url-safe base64 string, and rotation is built in
+(encrypt with the first key, decrypt with any, `rotate()` re-encrypts with the first), so we
+need no key-id format of our own. Fernet has no associated data, so the owner of a
+ciphertext (tenant and server name) is sealed inside the authenticated plaintext and checked
+on opening: a ciphertext copied to another row or tenant does not open there.
+
+Keys come from AGENTSTATE_SECRET_KEYS. On the embedded default (the SQLite database in the
+data directory) with no key configured, one is generated once into `<data dir>/secret.key`
+(mode 0600). Anywhere else without a key, writes that carry secrets are refused. No message
+here ever contains key material or a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from fastapi import Depends, Request
+
+from app.core.errors import SecretsNotConfigured, SecretsUndecryptable
+from app.core.jsonutil import dumps
+from app.core.settings import Settings, data_dir, default_database_url
+
+KEY_FILE = "secret.key"
+
+
+class SecretKeyError(RuntimeError):
+    """A configured key is unusable (the message names the key's position, never its value)."""
+
+
+class SecretBox:
+    def __init__(self, keys: list[str | bytes]) -> None:
+        fernets = []
+        for position, key in enumerate(keys, start=1):
+            try:
+                fernets.append(Fernet(key))
+            except (ValueError, TypeError):
+                raise SecretKeyError(
+                    f"AGENTSTATE_SECRET_KEYS: key {position} of {len(keys)} is not a Fernet key "
+                    "(32 bytes, url-safe base64); make one with `agentstate secrets new-key`."
+                ) from None
+        self._fernet = MultiFernet(fernets)
+
+    def seal(self, owner: list[str], values: dict[str, str]) -> str:
+        return self._fernet.encrypt(dumps({"owner": owner, "secrets": values}).encode()).decode()
+
+    def open(self, owner: list[str], token: str) -> dict[str, str]:
+        try:
+            sealed = json.loads(self._fernet.decrypt(token.encode()))
+        except InvalidToken:
+            raise SecretsUndecryptable(
+                "The stored secrets were encrypted with a key that is not in "
+                "AGENTSTATE_SECRET_KEYS; add that key (after the current one) to read them."
+            ) from None
+        if sealed.get("owner") != owner:
+            raise SecretsUndecryptable("The stored secrets belong to another resource.")
+        return dict(sealed["secrets"])
+
+    def rotate(self, token: str) -> str:
+        """The same plaintext, encrypted with the first key (InvalidToken if no key opens it)."""
+        return self._fernet.rotate(token.encode()).decode()
+
+
+def new_key() -> str:
+    return Fernet.generate_key().decode()
+
+
+def _key_file(path: Path) -> str:
+    """The key in `path`, created first if missing: written to a private temporary file and
+    linked into place, so it appears complete with mode 0600 or not at all, and two processes
+    starting together end up with the same key."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, (new_key() + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first; use theirs
+        finally:
+            os.unlink(tmp)
+    return path.read_text().strip()
+
+
+def key_file_path() -> Path:
+    return data_dir() / KEY_FILE
+
+
+def load_secret_box(settings: Settings) -> SecretBox | None:
+    """The box for these settings, or None when no key is configured (see module docstring)."""
+    keys = [key.get_secret_value() for key in settings.secret_keys]
+    if keys:
+        return SecretBox(keys)
+    if settings.database_url == default_database_url():
+        return SecretBox([_key_file(key_file_path())])
+    return None
+
+
+def require_box(box: SecretBox | None) -> SecretBox:
+    if box is None:
+        raise SecretsNotConfigured(
+            "This server has no key to encrypt secrets with; set AGENTSTATE_SECRET_KEYS "
+            "(make a key with `agentstate secrets new-key`)."
+        )
+    return box
+
+
+def get_secret_box(request: Request) -> SecretBox | None:
+    return request.app.state.secret_box
+
+
+SecretBoxDep = Annotated[SecretBox | None, Depends(get_secret_box)]

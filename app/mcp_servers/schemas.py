@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from pydantic import AwareDatetime, BaseModel, Field
+
+from app.core.schemas import JsonObject, Name, Strict, Timestamp
+
+MASK = "***"
+SECRETS_RULE = (f'Omitted: the stored secrets are kept. `{{}}` or null: cleared. A value of '
+                f'`"{MASK}"`: that stored secret is kept unchanged.')
+
+
+class McpServerReplace(Strict):
+    server_type: Name
+    state: JsonObject = Field(default_factory=dict)
+    secrets: dict[Name, str] | None = Field(None, description=SECRETS_RULE)
+    last_connected_at: AwareDatetime | None = Field(
+        None, description="RFC 3339 with a time zone. Omitted: the stored value is kept."
+    )
+
+
+class McpServerPatch(Strict):
+    """RFC 7396 merge-patch of the representation. In `secrets`, a member set to null removes
+    that secret; `{}` clears them all, as on PUT (the contract's rule for every write)."""
+
+    server_type: Name | None = None
+    state: JsonObject | None = None
+    secrets: dict[Name, str | None] | None = None
+    last_connected_at: AwareDatetime | None = None
+
+
+class McpServerOut(BaseModel):
+    server_name: str
+    server_type: str
+    revision: int
+    state: JsonObject
+    secrets: dict[str, str] = Field(
+        description=f'Names mapped to `"{MASK}"`; the values only with `?include_secrets=true`.'
+    )
+    last_connected_at: Timestamp | None
+    created_at: Timestamp
+    updated_at: Timestamp
