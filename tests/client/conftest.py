@@ -37,8 +37,11 @@ EVENTS = "/v1/events"
 
 @pytest.fixture(scope="session")
 def server(database_url: str) -> Iterator[ServerProcess]:
-    """A real server process on each backend, shared by the client tests of the run."""
-    with ServerProcess(database_url) as process:
+    """A real server process on each backend, shared by the client tests of the run, with a
+    key for MCP secrets."""
+    from app.core.secretbox import new_key
+
+    with ServerProcess(database_url, env={"AGENTSTATE_SECRET_KEYS": new_key()}) as process:
         yield process
 
 
