@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 
+import httpx
 import pytest
 from agentstate_client import (
     AgentStateClient,
@@ -147,3 +148,25 @@ async def test_async_client_and_concurrent_updates(server: ServerProcess, uid: s
             await clients[4].get_thread(thread_id)
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+
+
+def test_configuration_from_the_environment(server: ServerProcess, uid: str,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTSTATE_URL", server.base_url + "/")
+    monkeypatch.setenv("AGENTSTATE_API_KEY", "ask_not_for_logs")
+    seen: list[httpx.Request] = []
+    http = httpx.Client(event_hooks={"request": [seen.append]})
+    with AgentStateClient(http_client=http, headers={"X-Request-ID": f"req-{uid}"},
+                          timeout=5) as client:
+        assert client.base_url == server.base_url
+        assert "ask_not_for_logs" not in repr(client) + repr(client._core)
+        client.create_thread(f"env-{uid}")
+        with pytest.raises(NotFound) as missing:
+            client.get_thread(f"missing-{uid}")
+    assert missing.value.request_id == f"req-{uid}", "the server echoes our X-Request-ID"
+    assert seen[0].headers["authorization"] == "Bearer ask_not_for_logs"
+    assert seen[0].headers["user-agent"].startswith("agentstate-client/")
+    assert seen[0].extensions["timeout"]["read"] == 5
+    assert seen[0].url == f"{server.base_url}/v1/threads"
+    assert not http.is_closed, "a client passed in is the caller's to close"
+    http.close()
