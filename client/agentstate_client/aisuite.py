@@ -27,7 +27,9 @@ The history is append-only: a save whose `messages` has fewer messages than the 
 (with `revision=None`) whose messages no longer end like the stored ones (another writer
 appended or compacted), is refused instead of losing or duplicating messages. Shorten a
 conversation with a compaction (`AgentStateClient.create_compaction`): the next load shows the
-summary in place of the compacted run.
+summary in place of the compacted run. A save with more than 100 new messages (an imported
+conversation) sends the leading ones as conditional appends first, so its revision goes up by
+more than one.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ META_KEY = "aisuite"
 # Message members with a field of their own in agentstate (besides role and content).
 FIELDS = ("name", "tool_calls", "tool_call_id")
 PAGE = 1000
+BATCH = 100  # messages per request, the server's default limit
 
 
 class StateConflictError(_AisuiteConflict, AgentStateError):  # type: ignore[misc]
@@ -235,19 +238,29 @@ class AgentStateStore:
 
     def _put(self, thread_id: str, payload: dict[str, Any], messages: list[dict[str, Any]],
              metadata: dict[str, Any] | None, known: tuple[int, int] | None) -> Thread:
-        if known is None:
-            return self.client.put_thread(
-                thread_id, payload, metadata=metadata, create_only=True,
-                append_messages=[to_log_message(m) for m in messages])
-        revision, count = known
+        """One PUT: the state and the new messages in one revision. More new messages than
+        a request may carry go ahead as conditional appends (a revision each)."""
+        count = known[1] if known is not None else 0
         if count > len(messages):
             raise ValueError(
                 f"state.messages has {len(messages)} messages but thread {thread_id!r} holds "
                 f"{count}: agentstate keeps the history append-only. To shorten it, compact "
                 "(AgentStateClient.create_compaction) and load_state again.")
-        return self.client.put_thread(
-            thread_id, payload, metadata=metadata, if_match=revision,
-            append_messages=[to_log_message(m) for m in messages[count:]])
+        new = [to_log_message(m) for m in messages[count:]]
+        chunks = [new[i:i + BATCH] for i in range(0, len(new), BATCH)] or [[]]
+        if known is None:
+            thread = self.client.put_thread(thread_id, payload, metadata=metadata,
+                                            create_only=True, append_messages=chunks.pop(0))
+            if not chunks:
+                return thread
+            revision = thread.revision
+        else:
+            revision = known[0]
+        for chunk in chunks[:-1]:
+            revision = self.client.append_messages(thread_id, chunk,
+                                                   if_match=revision).thread_revision
+        return self.client.put_thread(thread_id, payload, metadata=metadata, if_match=revision,
+                                      append_messages=chunks[-1])
 
     def _stored(self, thread: Thread, state: RunState) -> StoredRunState:
         return self._stored_run_state(

@@ -19,7 +19,7 @@ import threading
 from typing import Any
 
 from agentstate_client._sync import AgentStateClient
-from agentstate_client.errors import AlreadyExists, NotFound, RevisionMismatch
+from agentstate_client.errors import AgentStateError, AlreadyExists, NotFound, RevisionMismatch
 
 __all__ = [
     "configure", "load_agent_state", "load_conversation_history", "save_agent_state",
@@ -27,6 +27,7 @@ __all__ = [
 ]
 
 PAGE = 1000
+ATTEMPTS = 10
 _lock = threading.Lock()
 _client: AgentStateClient | None = None
 _owned = False
@@ -53,7 +54,7 @@ def _get_client() -> AgentStateClient:
 def save_agent_state(agent_name: str, session_id: str, state_data: dict[str, Any]) -> None:
     """Save or update agent state (last writer wins, as in the original helper)."""
     client = _get_client()
-    while True:
+    for _ in range(ATTEMPTS):
         try:
             client.put_agent_state(session_id, agent_name, state_data, if_match="*")
             return
@@ -65,6 +66,8 @@ def save_agent_state(agent_name: str, session_id: str, state_data: dict[str, Any
             return
         except AlreadyExists:  # another writer created it just now: overwrite theirs
             continue
+    raise AgentStateError(f"The state of {agent_name!r} in {session_id!r} kept being created "
+                          "and deleted under this save; gave up.")
 
 
 def load_agent_state(agent_name: str, session_id: str) -> dict[str, Any] | None:

@@ -230,3 +230,17 @@ def test_aisuite_runner_persists_and_continues_through_the_store(store: AgentSta
     assert [m["content"] for m in stored.state.messages] == [
         "Be terse.", "Hi", "reply 1", "And then?", "reply 2"]
     assert recorder.appended == [3, 2], "the continuation sent only its two new messages"
+
+
+def test_saves_larger_than_a_request_go_in_batches(store: AgentStateStore, recorder: Recorder,
+                                                   uid: str) -> None:
+    thread_id = f"big-{uid}"
+    conversation = [{"role": "user" if i % 2 else "assistant", "content": f"m{i}"}
+                    for i in range(380)]
+    first = store.save_state(thread_id, run_state(conversation[:250]))
+    assert first.revision == 3, "100 with the create, 100 appended, 50 with the state"
+    second = store.save_state(thread_id, run_state(conversation), revision=first.revision)
+    assert second.revision == 5
+    assert recorder.appended == [100, 50, 30]
+    loaded = AgentStateStore(store.client).load_state(thread_id)
+    assert loaded.state.messages == conversation and loaded.revision == 5
