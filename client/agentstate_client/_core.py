@@ -8,6 +8,7 @@ client (`_AsyncDriver`); only the drivers do I/O.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import functools
 import inspect
@@ -226,8 +227,6 @@ class _AsyncDriver:
     _http: httpx.AsyncClient
 
     async def _drive(self, steps: Op[R]) -> R:
-        import asyncio
-
         outcome: tuple[Any, BaseException | None] = (None, None)
         while not isinstance(step := _resume(steps, *outcome), _Done):
             if isinstance(step, Sleep):
