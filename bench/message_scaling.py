@@ -98,7 +98,8 @@ def fill(client: httpx.Client, thread: str, size: int) -> None:
         done += batch
 
 
-def timed(client: httpx.Client, method: str, url: str, samples: int, **kwargs: object) -> list[float]:
+def timed(client: httpx.Client, method: str, url: str, samples: int,
+          **kwargs: object) -> list[float]:
     times = []
     for _ in range(samples):
         started = time.perf_counter()

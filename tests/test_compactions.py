@@ -214,7 +214,8 @@ async def test_thread_delete_removes_compactions(client: httpx.AsyncClient, uid:
     await thread_with(client, uid, 3)
     cmp = (await compact(client, uid, ["m1", "m2"], "x")).json()
     rev = await revision(client, uid)
-    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": f'"{rev}"'})).status_code == 204
+    deleted = await client.delete(f"/v1/threads/{uid}", headers={"If-Match": f'"{rev}"'})
+    assert deleted.status_code == 204
     assert (await client.get(f"/v1/threads/{uid}/compactions/{cmp['id']}")).status_code == 404
     late = await compact(client, uid, ["m3"], "late")
     assert late.status_code == 410 and late.json()["code"] == "thread_deleted"

@@ -157,3 +157,24 @@ async def test_in_flight_across_server_processes(database_url: str, backend: str
             assert replay.status_code == 201 and replay.content == original.content
             assert await state(b, uid) == (3, 3)
         assert "Traceback" not in one.logs() + two.logs()
+
+
+async def test_keys_expire_after_the_ttl(client: httpx.AsyncClient, uid: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from datetime import timedelta
+
+    from app.messages import idempotency
+
+    url = f"/v1/threads/{uid}/messages"
+    first = await client.post(url, json=BODY, headers={"Idempotency-Key": "old"})
+    assert first.status_code == 201
+    real_now = idempotency.utcnow
+    monkeypatch.setattr(idempotency, "utcnow", lambda: real_now() + timedelta(hours=25))
+    # A day later the key is free again: a different body is a new request, not a reuse.
+    later = await client.post(url, json={"role": "user", "content": "new"},
+                              headers={"Idempotency-Key": "old"})
+    assert later.status_code == 201 and "idempotent-replayed" not in later.headers
+    again = await client.post(url, json={"role": "user", "content": "new"},
+                              headers={"Idempotency-Key": "old"})
+    assert again.content == later.content and again.headers["idempotent-replayed"] == "true"
+    assert await state(client, uid) == (3, 3)

@@ -87,7 +87,8 @@ async def test_openai_fields_and_content_parts_round_trip_exactly(client: httpx.
     # Sent as raw bytes: key order, unicode, floats and nesting must come back unchanged.
     parts = '[{"type":"text","text":"héllo ✓","z":[1,2.5,{"b":1,"a":null}]},' \
             '{"type":"image_url","image_url":{"url":"https://x/y.png","detail":"low"}}]'
-    calls = '[{"id":"call_1","type":"function","function":{"name":"get","arguments":"{\\"q\\": 1}"}}]'
+    calls = ('[{"id":"call_1","type":"function",'
+             '"function":{"name":"get","arguments":"{\\"q\\": 1}"}}]')
     messages = [
         f'{{"role":"user","content":{parts},"name":"alice"}}',
         f'{{"role":"assistant","content":null,"tool_calls":{calls}}}',
@@ -186,7 +187,8 @@ async def test_if_match_on_append_and_deleted_threads(client: httpx.AsyncClient,
     ok = await client.post(url, json=msg(1), headers={"If-Match": '"1"'})
     assert ok.status_code == 201 and ok.headers["etag"] == '"2"'
 
-    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"2"'})).status_code == 204
+    deleted = await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"2"'})
+    assert deleted.status_code == 204
     for headers in ({}, {"If-Match": '"2"'}, {"Idempotency-Key": "late"}):
         late = await client.post(url, json=msg(2), headers=headers)
         assert late.status_code == 410, late.text
@@ -275,7 +277,8 @@ async def test_put_with_append_messages_is_one_revision(app, client: httpx.Async
     assert stale.status_code == 412
     bad = await client.put(url, headers={"If-Match": '"3"'}, json={
         "state": {}, "append_messages": [{"role": "user", "bogus": 1}]})
-    assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
     final = (await client.get(url)).json()
     assert (final["revision"], final["state"], final["message_count"]) == (3, {"step": 3}, 3)
 
@@ -349,3 +352,34 @@ async def test_openapi_declares_the_message_routes(client: httpx.AsyncClient) ->
     assert {"201", "409", "410", "412", "422"} <= set(append["responses"])
     assert "oneOf" in json.dumps(append["requestBody"])
     assert "Idempotency-Key" in [p["name"] for p in append["parameters"]]
+
+
+async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> None:
+    clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+               for _ in range(9)]
+    url = f"/v1/threads/{uid}/messages"
+    try:
+        await clients[0].post(url, json=msg(0))
+
+        async def appender(c: httpx.AsyncClient) -> list[int]:
+            return [(await c.post(url, json=msg(i))).status_code for i in range(10)]
+
+        async def deleter(c: httpx.AsyncClient) -> int:
+            await asyncio.sleep(0.05)
+            return (await c.delete(f"/v1/threads/{uid}", headers={"If-Match": "*"})).status_code
+
+        *appends, deleted = await asyncio.gather(*(appender(c) for c in clients[:8]),
+                                                 deleter(clients[8]))
+        assert deleted == 204
+        statuses = [s for seqs in appends for s in seqs]
+        assert set(statuses) <= {201, 410}, statuses
+        # Once gone, every later append of each agent is refused: nothing resurrects it.
+        assert all(seqs[seqs.index(410):] == [410] * (10 - seqs.index(410))
+                   for seqs in appends if 410 in seqs)
+        assert (await clients[0].get(url)).status_code == 404
+        again = await clients[0].put(f"/v1/threads/{uid}", json={"state": {}},
+                                     headers={"If-None-Match": "*"})
+        assert again.status_code == 201 and again.json()["message_count"] == 0
+        assert (await clients[0].get(url)).json()["data"] == [], "no orphans survived"
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))

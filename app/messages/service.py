@@ -19,7 +19,8 @@ from app.messages.repository import MessageRepository
 from app.messages.schemas import AppendOut, MessageIn, MessageOut, check_batch
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import ThreadWithMessages
-from app.threads.service import ThreadService, messages_path, to_out as thread_out
+from app.threads.service import ThreadService, messages_path
+from app.threads.service import to_out as thread_out
 
 View = Literal["live", "full"]
 ABOVE_ANY_SEQ = 2**62
@@ -120,12 +121,10 @@ class MessageService:
         return [to_out(row) for row in page], next_cursor
 
     async def list(self, thread_id: str, **filters: Any) -> tuple[list[MessageOut], str | None]:
-        thread = await self.thread_service.live_row(thread_id)
-        return await self.page(thread.id, **filters)
+        return await self.page(await self.thread_service.live_pk(thread_id), **filters)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
-        thread = await self.thread_service.live_row(thread_id)
-        row = await self.repo.get(thread.id, message_id)
+        row = await self.repo.get(await self.thread_service.live_pk(thread_id), message_id)
         if row is None:
             raise NotFound(f"Message {message_id!r} does not exist in thread {thread_id!r}.")
         return to_out(row)

@@ -35,6 +35,12 @@ class ThreadRepository:
             stmt = stmt.with_for_update(read=lock == "share", key_share=True)
         return (await self.session.execute(stmt)).first()
 
+    async def live_pk(self, thread_id: str) -> int | None:
+        """The key of a live thread, for reads of its children: the state is not fetched."""
+        return await self.session.scalar(
+            select(t.c.id).where(self._key(thread_id), t.c.deleted_at.is_(None))
+        )
+
     async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
                      now: datetime, messages: int = 0) -> Row[Any] | None:
         """Create at revision 1 (holding seqs 1..`messages`); None if the id exists (live or
@@ -67,11 +73,15 @@ class ThreadRepository:
         Check and increment are one statement, so two writers holding the same revision
         cannot both succeed, whichever process or server they run in.
         """
+        stmt = self._bump(thread_id, values, expected).returning(*t.c)
+        return (await self.session.execute(stmt)).first()
+
+    def _bump(self, thread_id: str, values: dict[str, Any],
+              expected: Iterable[int] | None) -> Any:
         stmt = update(t).where(self._key(thread_id), t.c.deleted_at.is_(None))
         if expected is not None:
             stmt = stmt.where(t.c.revision.in_(list(expected)))
-        stmt = stmt.values(revision=t.c.revision + 1, updated_at=utcnow(), **values)
-        return (await self.session.execute(stmt.returning(*t.c))).first()
+        return stmt.values(revision=t.c.revision + 1, updated_at=utcnow(), **values)
 
     @staticmethod
     def message_counters(seqs: int, live_delta: int) -> dict[str, Any]:
@@ -82,8 +92,11 @@ class ThreadRepository:
                       expected: Iterable[int] | None = None) -> Row[Any] | None:
         """One revision of a live thread for a message write: the row comes back with the
         last of the `seqs` new seqs in `last_seq`, and stays locked until commit, so
-        concurrent appends queue here and seqs never gap or repeat."""
-        return await self.update(thread_id, self.message_counters(seqs, live_delta), expected)
+        concurrent appends queue here and seqs never gap or repeat. Only the keys come back,
+        not the state, so an append never pays for the size of the thread's state."""
+        stmt = self._bump(thread_id, self.message_counters(seqs, live_delta), expected)
+        stmt = stmt.returning(t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq)
+        return (await self.session.execute(stmt)).first()
 
     async def delete(self, thread_id: str, revision: int, now: datetime) -> int | None:
         """Delete a live thread at `revision` (children go by ON DELETE CASCADE) and leave a

@@ -94,6 +94,13 @@ class ThreadService:
             raise NotFound(f"Thread {thread_id!r} does not exist.")
         return row
 
+    async def live_pk(self, thread_id: str) -> int:
+        """The key of a thread readers may see, for reading its children; 404 otherwise."""
+        pk = await self.repo.live_pk(thread_id)
+        if pk is None:
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
+        return pk
+
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
         """PUT: returns the thread and whether it was created. `append_messages` are stored
