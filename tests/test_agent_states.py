@@ -273,3 +273,24 @@ async def test_concurrent_if_match_one_winner(app, uid: str) -> None:
         await asyncio.gather(*(c.aclose() for c in clients))
     assert sorted(r.status_code for r in results) == [200] + [412] * 19
     assert sorted(r.status_code for r in patches) == [200] + [412] * 19
+
+
+async def test_write_racing_a_thread_delete_never_resurrects_it(app, client: httpx.AsyncClient,
+                                                                uid: str) -> None:
+    """A DELETE of the thread is under way (row deleted, tombstone written, not committed)
+    when an agent-state write arrives. The write waits for it, then must answer 410: the
+    tombstone it finds is a deletion that won, not an id to start afresh."""
+    from app.db.base import utcnow
+    from app.threads.repository import ThreadRepository
+
+    await client.put(f"/v1/threads/{uid}", json={"state": {}})
+    async with app.state.db.write_sessions() as session:
+        threads = ThreadRepository(session, "default")
+        row = await threads.get(uid, lock="update")
+        await threads.delete(uid, row.revision, utcnow())
+        late = asyncio.create_task(client.put(url(uid, "a"), json={"state": {}}))
+        await asyncio.sleep(0.2)  # room for the write to reach the thread row and wait there
+        await session.commit()
+    response = await late
+    assert response.status_code == 410, response.text
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404

@@ -16,6 +16,7 @@ here ever contains key material or a secret.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from pathlib import Path
@@ -29,6 +30,7 @@ from app.core.jsonutil import dumps
 from app.core.settings import Settings, data_dir, default_database_url
 
 KEY_FILE = "secret.key"
+log = logging.getLogger("agentstate.secrets")
 
 
 class SecretKeyError(RuntimeError):
@@ -87,6 +89,8 @@ def _key_file(path: Path) -> str:
             os.close(fd)
         try:
             os.link(tmp, path)
+            log.warning("generated the key for MCP secrets at %s; back it up with the "
+                        "database, or the secrets cannot be read", path)
         except FileExistsError:
             pass  # another process made it first; use theirs
         finally:
@@ -104,7 +108,12 @@ def load_secret_box(settings: Settings) -> SecretBox | None:
     if keys:
         return SecretBox(keys)
     if settings.database_url == default_database_url():
-        return SecretBox([_key_file(key_file_path())])
+        path = key_file_path()
+        try:
+            return SecretBox([_key_file(path)])
+        except SecretKeyError:
+            raise SecretKeyError(f"{path} does not hold a valid key; restore it from a "
+                                 "backup or set AGENTSTATE_SECRET_KEYS.") from None
     return None
 
 
