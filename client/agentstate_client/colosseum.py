@@ -36,19 +36,28 @@ _owned = False
 def configure(base_url: str | None = None, *, api_key: str | None = None,
               client: AgentStateClient | None = None) -> AgentStateClient:
     """Point the helpers at a server (or at your own `client`) and return the client used.
-    Without it, the first helper call configures from `$AGENTSTATE_URL`/`$AGENTSTATE_API_KEY`."""
+    Without it, the first helper call configures from `$AGENTSTATE_URL`/`$AGENTSTATE_API_KEY`.
+    Call it before agents start: a client it made earlier is closed."""
     global _client, _owned
     with _lock:
         previous, previous_owned = _client, _owned
         _client = client or AgentStateClient(base_url, api_key=api_key)
         _owned = client is None
+        configured = _client
     if previous is not None and previous_owned:
         previous.close()
-    return _client
+    return configured
 
 
 def _get_client() -> AgentStateClient:
-    return _client or configure()
+    global _client, _owned
+    if _client is not None:
+        return _client
+    # Agents often start in parallel: exactly one of them builds the shared client.
+    with _lock:
+        if _client is None:
+            _client, _owned = AgentStateClient(), True
+        return _client
 
 
 def save_agent_state(agent_name: str, session_id: str, state_data: dict[str, Any]) -> None:

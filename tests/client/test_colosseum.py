@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -103,3 +104,25 @@ def test_configure_explicitly(server: ServerProcess, monkeypatch: pytest.MonkeyP
         replaced.close()
     finally:
         own.close()
+
+
+def test_many_agents_at_once(configured: None, server: ServerProcess) -> None:
+    """16 agents (threads of this process) save the same new state and their messages at once:
+    every save lands, one record per agent, every message once, in a gap-free order."""
+    session_id = str(uuid.uuid4())
+
+    def agent(i: int) -> None:
+        save_agent_state("shared", session_id, {"writer": i})
+        save_conversation(session_id, f"agent-{i}", "assistant", f"note {i}")
+        save_agent_state(f"agent-{i}", session_id, {"done": True})
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(agent, range(16)))
+
+    assert load_agent_state("shared", session_id)["writer"] in range(16)
+    history = load_conversation_history(session_id)
+    assert sorted(m["content"] for m in history) == sorted(f"note {i}" for i in range(16))
+    with AgentStateClient(server.base_url) as client:
+        assert [m.seq for m in client.iter_messages(session_id)] == list(range(1, 17))
+        states = list(client.iter_agent_states(session_id))
+        assert len(states) == 17 and len({s.agent_name for s in states}) == 17
