@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 from typing import Any
 
@@ -244,3 +245,32 @@ def test_saves_larger_than_a_request_go_in_batches(store: AgentStateStore, recor
     assert recorder.appended == [100, 50, 30]
     loaded = AgentStateStore(store.client).load_state(thread_id)
     assert loaded.state.messages == conversation and loaded.revision == 5
+
+
+def test_concurrent_saves_from_one_revision_one_wins(server: ServerProcess, uid: str) -> None:
+    thread_id = f"race-{uid}"
+    stores = [AgentStateStore(base_url=server.base_url) for _ in range(8)]
+    try:
+        stores[0].save_state(thread_id, run_state(MESSAGES_SO_FAR[:2]))
+        loaded = [store.load_state(thread_id) for store in stores]
+
+        def save(i: int) -> str:
+            state = loaded[i].state
+            state.messages.append({"role": "user", "content": f"from store {i}"})
+            try:
+                stores[i].save_state(thread_id, state, revision=loaded[i].revision)
+            except StateConflictError:
+                return "conflict"
+            return "saved"
+
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            results = list(pool.map(save, range(8)))
+        assert sorted(results) == ["conflict"] * 7 + ["saved"]
+        final = stores[0].load_state(thread_id)
+        winner = results.index("saved")
+        assert final.revision == 2
+        assert final.state.messages == [*MESSAGES_SO_FAR[:2],
+                                        {"role": "user", "content": f"from store {winner}"}]
+    finally:
+        for store in stores:
+            store.close()
