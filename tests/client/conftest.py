@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from agentstate_client import AgentStateClient, AsyncAgentStateClient
+from agentstate_client import AgentStateClient
 
 from tests.support import ServerProcess
 
@@ -48,10 +48,4 @@ def server(database_url: str) -> Iterator[ServerProcess]:
 @pytest.fixture
 def client(server: ServerProcess) -> Iterator[AgentStateClient]:
     with AgentStateClient(server.base_url, backoff=0.01) as c:
-        yield c
-
-
-@pytest.fixture
-async def aclient(server: ServerProcess) -> AsyncAgentStateClient:
-    async with AsyncAgentStateClient(server.base_url, backoff=0.01) as c:
         yield c
