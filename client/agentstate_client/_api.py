@@ -89,7 +89,9 @@ class _Api:
 
     def _configure(self, base_url: str | None, api_key: str | None,
                    timeout: float | httpx.Timeout, max_retries: int, backoff: float,
-                   headers: dict[str, str] | None) -> None:
+                   headers: dict[str, str] | None, own_http: bool, own_transport: bool) -> None:
+        if not own_http and own_transport:
+            raise ValueError("pass http_client or transport, not both")
         # The environment is read when a client is built, never at import time.
         self._core = Core(
             base_url or os.environ.get("AGENTSTATE_URL") or DEFAULT_URL,

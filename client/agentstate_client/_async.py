@@ -27,7 +27,8 @@ class AsyncAgentStateClient(_AsyncDriver, _Api):
                  backoff: float = 0.5, headers: dict[str, str] | None = None,
                  http_client: httpx.AsyncClient | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._configure(base_url, api_key, timeout, max_retries, backoff, headers)
+        self._configure(base_url, api_key, timeout, max_retries, backoff, headers,
+                        own_http=http_client is None, own_transport=transport is not None)
         self._owns_http = http_client is None
         self._http = http_client or httpx.AsyncClient(transport=transport)
 

@@ -26,7 +26,8 @@ class AgentStateClient(_SyncDriver, _Api):
                  backoff: float = 0.5, headers: dict[str, str] | None = None,
                  http_client: httpx.Client | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self._configure(base_url, api_key, timeout, max_retries, backoff, headers)
+        self._configure(base_url, api_key, timeout, max_retries, backoff, headers,
+                        own_http=http_client is None, own_transport=transport is not None)
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(transport=transport)
 

@@ -169,4 +169,6 @@ def test_configuration_from_the_environment(server: ServerProcess, uid: str,
     assert seen[0].extensions["timeout"]["read"] == 5
     assert seen[0].url == f"{server.base_url}/v1/threads"
     assert not http.is_closed, "a client passed in is the caller's to close"
+    with pytest.raises(ValueError, match="not both"):
+        AgentStateClient(http_client=http, transport=httpx.HTTPTransport())
     http.close()
