@@ -34,6 +34,7 @@ more than one.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from agentstate_client._sync import AgentStateClient
@@ -150,8 +151,11 @@ class AgentStateStore:
         must be the current revision, else `StateConflictError`. `metadata=None` keeps the
         stored metadata. Only messages the thread does not hold yet are sent.
         """
-        payload = state.to_dict()
-        messages = payload.pop("messages")
+        # RunState.to_dict() deep-copies every message; a save must cost the same at turn
+        # 400 as at turn 1, so only the state without its messages is copied.
+        payload = dataclasses.replace(state, messages=[]).to_dict()
+        del payload["messages"]
+        messages = state.messages
         for attempt in range(self.max_attempts):
             known = self._known.get(thread_id)
             if revision is not None and (known is None or known[0] != revision):
@@ -171,7 +175,11 @@ class AgentStateStore:
                     raise StateConflictError(thread_id, revision, current) from exc
                 continue
             self._known[thread_id] = (thread.revision, thread.message_count)
-            return self._stored(thread, self._run_state.from_dict(state.to_dict()))
+            # A copy of the state, except that its messages are the caller's message objects
+            # (copying every message on every save is what made saves grow with the thread).
+            saved = self._run_state.from_dict(payload)
+            saved.messages = list(messages)
+            return self._stored(thread, saved)
         raise StateConflictError(
             thread_id, revision, None,
             f"Thread {thread_id!r} kept changing; gave up after {self.max_attempts} attempts.")
