@@ -115,3 +115,21 @@ async def test_async_agent_states(server: ServerProcess, uid: str) -> None:
         result = await client.update_agent_state(f"aas-{uid}", "a", lambda s: {"n": s["n"] + 1})
         assert result.state == {"n": 1}
         assert [s.agent_name async for s in client.iter_agent_states(f"aas-{uid}")] == ["a"]
+
+
+@requires(MCP_SERVER, EVENTS)
+@pytest.mark.anyio
+async def test_async_mcp_servers_and_events(server: ServerProcess, uid: str) -> None:
+    async with AsyncAgentStateClient(server.base_url) as client:
+        created = await client.put_mcp_server(f"news-{uid}", "news", state={"feed": "rss"},
+                                              create_only=True)
+        patched = await client.patch_mcp_server(f"news-{uid}", secrets={"key": "k"},
+                                                if_match=created.etag)
+        assert patched.secrets == {"key": "***"} and patched.revision == 2
+        names = [s.server_name async for s in client.iter_mcp_servers(server_type="news")]
+        assert f"news-{uid}" in names
+        await client.delete_mcp_server(f"news-{uid}", if_match=2)
+        types = [e.type async for e in client.iter_events(types=["mcp_server.created",
+                                                                 "mcp_server.deleted"])
+                 if e.resource == f"/v1/mcp-servers/news-{uid}"]
+        assert types == ["mcp_server.created", "mcp_server.deleted"]
