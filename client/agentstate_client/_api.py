@@ -1,0 +1,458 @@
+"""Every API call, written once; `AgentStateClient` runs them blocking and
+`AsyncAgentStateClient` awaits them (see `_core.operation`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+import httpx
+
+from agentstate_client._core import (
+    Core,
+    Op,
+    Request,
+    RetryPolicy,
+    Sleep,
+    drop_none,
+    if_match_header,
+    operation,
+    paginated,
+    segment,
+)
+from agentstate_client.errors import NotFound, PreconditionFailed
+from agentstate_client.models import (
+    AgentState,
+    AppendResult,
+    Compaction,
+    Event,
+    JsonObject,
+    M,
+    McpServer,
+    Message,
+    Page,
+    Thread,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+MERGE_PATCH = "application/merge-patch+json"
+R = TypeVar("R")
+StateFn = Callable[[JsonObject], JsonObject | None]
+ETagValue = int | str
+
+
+def _conditions(if_match: ETagValue | None, create_only: bool = False) -> dict[str, str]:
+    if if_match is not None and create_only:
+        raise ValueError("if_match and create_only exclude each other")
+    if create_only:
+        return {"If-None-Match": "*"}
+    return {} if if_match is None else {"If-Match": if_match_header(if_match)}
+
+
+def _idempotency(key: str | None) -> dict[str, str]:
+    # Generated once per call, so every retry of this call carries the same key.
+    return {"Idempotency-Key": key or str(uuid.uuid4())}
+
+
+def _page(model: type[M], body: dict[str, Any]) -> Page[M]:
+    return Page(data=[model.from_json(item) for item in body["data"]],
+                next_cursor=body.get("next_cursor"), has_more=bool(body.get("has_more")))
+
+
+def _timestamp(value: datetime | str | None) -> str | None:
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def _thread_path(thread_id: str) -> str:
+    return f"/v1/threads/{segment(thread_id)}"
+
+
+def _agent_state_path(thread_id: str, agent_name: str) -> str:
+    return f"{_thread_path(thread_id)}/agents/{segment(agent_name)}/state"
+
+
+def _apply(fn: StateFn, state: JsonObject) -> JsonObject:
+    working = copy.deepcopy(state)
+    result = fn(working)
+    return working if result is None else result
+
+
+class _Api:
+    """The API methods shared by both clients."""
+
+    _core: Core
+
+    def _configure(self, base_url: str | None, api_key: str | None,
+                   timeout: float | httpx.Timeout, max_retries: int, backoff: float,
+                   headers: dict[str, str] | None, own_http: bool, own_transport: bool) -> None:
+        if not own_http and own_transport:
+            raise ValueError("pass http_client or transport, not both")
+        # The environment is read when a client is built, never at import time.
+        self._core = Core(
+            base_url or os.environ.get("AGENTSTATE_URL") or DEFAULT_URL,
+            api_key=api_key if api_key is not None else os.environ.get("AGENTSTATE_API_KEY"),
+            timeout=timeout, retry=RetryPolicy(max_retries=max_retries, initial_delay=backoff),
+            headers=headers,
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The service's base URL (without `/v1`)."""
+        return self._core.base_url
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._core.base_url}>"
+
+    def _read_modify_write(self, read: Callable[[], Op[Any]],
+                           write: Callable[[JsonObject, int | None], Op[R]],
+                           fn: StateFn, create: bool, max_attempts: int) -> Op[R]:
+        """GET, apply `fn`, write with If-Match (or create-only when missing and `create`);
+        on 412 read again, up to `max_attempts` times, with backoff between attempts."""
+        for attempt in range(max_attempts):
+            try:
+                current = yield from read()
+            except NotFound:
+                if not create:
+                    raise
+                current = None
+            state = _apply(fn, current.state if current is not None else {})
+            try:
+                return (yield from write(state, current.revision if current else None))
+            except PreconditionFailed:
+                if attempt + 1 == max_attempts:
+                    raise
+            yield Sleep(self._core.retry.delay(attempt) / 4)
+        raise ValueError("max_attempts must be at least 1")
+
+    # Threads -----------------------------------------------------------------------------
+
+    @operation
+    def create_thread(self, thread_id: str | None = None, *, state: JsonObject | None = None,
+                      metadata: JsonObject | None = None) -> Op[Thread]:
+        """Create a thread (`POST /v1/threads`); omit `thread_id` for a server-made `thr_...` id.
+
+        Raises `ThreadExists` if a live thread has that id.
+        """
+        body = drop_none(thread_id=thread_id, state=state, metadata=metadata)
+        return Thread.from_json((yield from self._core.json(Request("POST", "/v1/threads",
+                                                                    json=body))))
+
+    @operation
+    def get_thread(self, thread_id: str, *, include_messages: bool = False,
+                   messages_limit: int | None = None) -> Op[Thread]:
+        """Fetch a thread. With `include_messages`, `thread.messages` holds the first page
+        (up to `messages_limit`, default 100, max 1000) of the live view and
+        `thread.messages_next_cursor` continues it in `list_messages`.
+
+        Raises `NotFound` (also for deleted threads).
+        """
+        params = drop_none(include="messages" if include_messages else None,
+                           messages_limit=messages_limit)
+        return Thread.from_json((yield from self._core.json(
+            Request("GET", _thread_path(thread_id), params=params))))
+
+    @operation
+    def list_threads(self, *, metadata: JsonObject | None = None,
+                     updated_after: datetime | str | None = None, limit: int | None = None,
+                     cursor: str | None = None) -> Op[Page[Thread]]:
+        """One page of threads, newest created first; `metadata` filters by JSON containment."""
+        params = drop_none(metadata=json.dumps(metadata) if metadata is not None else None,
+                           updated_after=_timestamp(updated_after), limit=limit, cursor=cursor)
+        return _page(Thread, (yield from self._core.json(Request("GET", "/v1/threads",
+                                                                 params=params))))
+
+    iter_threads = paginated(list_threads)
+
+    @operation
+    def put_thread(self, thread_id: str, state: JsonObject, *,
+                   metadata: JsonObject | None = None,
+                   append_messages: Sequence[Mapping[str, Any]] | None = None,
+                   if_match: ETagValue | None = None, create_only: bool = False) -> Op[Thread]:
+        """Create or replace a thread's state (`PUT`). Omitted `metadata` is kept.
+        `append_messages` are appended in the same transaction and revision.
+
+        Replacing an existing thread needs `if_match` (a revision, an ETag or `"*"`);
+        `create_only=True` sends `If-None-Match: *`. Raises `RevisionMismatch` /
+        `AlreadyExists` (412, with `current_revision`), `PreconditionRequired` (428),
+        `ThreadDeleted` (410).
+        """
+        body = drop_none(state=state, metadata=metadata,
+                         append_messages=list(append_messages) if append_messages else None)
+        return Thread.from_json((yield from self._core.json(Request(
+            "PUT", _thread_path(thread_id), json=body,
+            headers=_conditions(if_match, create_only)))))
+
+    @operation
+    def patch_thread(self, thread_id: str, *, state: JsonObject | None = None,
+                     metadata: JsonObject | None = None,
+                     if_match: ETagValue | None = None) -> Op[Thread]:
+        """Merge-patch (RFC 7396) a thread's `state` and/or `metadata`: members set to
+        `None` are removed, objects merge. Precondition rules as `put_thread`."""
+        return Thread.from_json((yield from self._core.json(Request(
+            "PATCH", _thread_path(thread_id), json=drop_none(state=state, metadata=metadata),
+            headers=_conditions(if_match), content_type=MERGE_PATCH))))
+
+    @operation
+    def delete_thread(self, thread_id: str, *, if_match: ETagValue | None = None) -> Op[None]:
+        """Delete a thread with its messages, compactions and agent states. The id is
+        tombstoned: later writes get `ThreadDeleted` until an explicit create."""
+        yield from self._core.call(Request("DELETE", _thread_path(thread_id),
+                                           headers=_conditions(if_match)))
+
+    @operation
+    def update_thread(self, thread_id: str, fn: StateFn, *, create: bool = False,
+                      max_attempts: int = 10) -> Op[Thread]:
+        """Optimistic read-modify-write of a thread's state.
+
+        `fn` gets a copy of the current state and returns the new one (or changes it in place
+        and returns None). The write carries `If-Match`; when another writer got there first
+        (412) the thread is read again and `fn` applied again, up to `max_attempts` times, so
+        `fn` must be safe to call more than once. A missing thread raises `NotFound`, unless
+        `create`: then `fn` gets `{}` and the thread is created (create-only).
+        """
+        return (yield from self._read_modify_write(
+            lambda: _Api.get_thread.steps(self, thread_id),
+            lambda state, revision: _Api.put_thread.steps(
+                self, thread_id, state, if_match=revision, create_only=revision is None),
+            fn, create, max_attempts))
+
+    # Messages ----------------------------------------------------------------------------
+
+    @operation
+    def append_messages(self, thread_id: str, messages: Sequence[Mapping[str, Any]], *,
+                        if_match: ETagValue | None = None,
+                        idempotency_key: str | None = None) -> Op[AppendResult]:
+        """Append messages (`{"role", "content", "name"?, "tool_calls"?, "tool_call_id"?,
+        "agent_name"?, "metadata"?, "id"?}`) in order, creating the thread if needed.
+
+        Always sends an `Idempotency-Key` (yours, or a fresh one kept across retries), so a
+        retry after a lost response never stores the messages twice. `if_match` makes the
+        append conditional on the thread's revision.
+        """
+        body = {"messages": [dict(message) for message in messages]}
+        return AppendResult.from_json((yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/messages", json=body,
+            headers={**_conditions(if_match), **_idempotency(idempotency_key)}))))
+
+    @operation
+    def append_message(self, thread_id: str, role: str, content: str | list[Any] | None, *,
+                       agent_name: str | None = None, metadata: JsonObject | None = None,
+                       name: str | None = None, tool_calls: list[Any] | None = None,
+                       tool_call_id: str | None = None, id: str | None = None,
+                       if_match: ETagValue | None = None,
+                       idempotency_key: str | None = None) -> Op[Message]:
+        """Append one message and return it as stored (with `id`, `seq`, `created_at`).
+        Retries and idempotency as `append_messages`."""
+        message = {"role": role, "content": content, **drop_none(
+            agent_name=agent_name, metadata=metadata, name=name, tool_calls=tool_calls,
+            tool_call_id=tool_call_id, id=id)}
+        result = yield from _Api.append_messages.steps(
+            self, thread_id, [message], if_match=if_match, idempotency_key=idempotency_key)
+        return result.data[0]
+
+    @operation
+    def list_messages(self, thread_id: str, *, view: Literal["live", "full"] | None = None,
+                      order: Literal["asc", "desc"] | None = None,
+                      after_seq: int | None = None, before_seq: int | None = None,
+                      agent_name: str | None = None, role: str | None = None,
+                      limit: int | None = None, cursor: str | None = None) -> Op[Page[Message]]:
+        """One page of a thread's messages in order (`limit` up to 1000). `view="full"` also
+        shows compacted messages and reverted summaries."""
+        params = drop_none(view=view, order=order, after_seq=after_seq, before_seq=before_seq,
+                           agent_name=agent_name, role=role, limit=limit, cursor=cursor)
+        return _page(Message, (yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/messages", params=params))))
+
+    iter_messages = paginated(list_messages)
+
+    @operation
+    def get_message(self, thread_id: str, message_id: str) -> Op[Message]:
+        """One message by id, whatever its status."""
+        return Message.from_json((yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/messages/{segment(message_id)}"))))
+
+    # Compactions -------------------------------------------------------------------------
+
+    @operation
+    def create_compaction(self, thread_id: str, source_message_ids: Sequence[str],
+                          summary: Mapping[str, Any], *, reason: str | None = None,
+                          model: str | None = None, input_token_count: int | None = None,
+                          output_token_count: int | None = None,
+                          metadata: JsonObject | None = None,
+                          if_match: ETagValue | None = None,
+                          idempotency_key: str | None = None) -> Op[Compaction]:
+        """Replace a contiguous run of live messages by a summary message (the sources stay
+        readable in the full view). Idempotent and retried like `append_messages`."""
+        body = {"source_message_ids": list(source_message_ids), "summary": dict(summary),
+                **drop_none(reason=reason, model=model, input_token_count=input_token_count,
+                            output_token_count=output_token_count, metadata=metadata)}
+        return Compaction.from_json((yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/compactions", json=body,
+            headers={**_conditions(if_match), **_idempotency(idempotency_key)}))))
+
+    @operation
+    def list_compactions(self, thread_id: str, *, limit: int | None = None,
+                         cursor: str | None = None) -> Op[Page[Compaction]]:
+        """One page of a thread's (unreverted) compactions, oldest first."""
+        return _page(Compaction, (yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/compactions",
+            params=drop_none(limit=limit, cursor=cursor)))))
+
+    iter_compactions = paginated(list_compactions)
+
+    @operation
+    def get_compaction(self, thread_id: str, compaction_id: str) -> Op[Compaction]:
+        """A compaction record with its `source_messages`."""
+        return Compaction.from_json((yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/compactions/{segment(compaction_id)}"))))
+
+    @operation
+    def revert_compaction(self, thread_id: str, compaction_id: str, *,
+                          if_match: ETagValue | None = None) -> Op[None]:
+        """Undo a compaction: its sources are live again, its summary becomes `reverted`.
+        Raises `CompactionCovered` if a later compaction covers the summary."""
+        yield from self._core.call(Request(
+            "DELETE", f"{_thread_path(thread_id)}/compactions/{segment(compaction_id)}",
+            headers=_conditions(if_match)))
+
+    # Agent states ------------------------------------------------------------------------
+
+    @operation
+    def get_agent_state(self, thread_id: str, agent_name: str) -> Op[AgentState]:
+        """One agent's state in a thread; raises `NotFound` if it has none."""
+        return AgentState.from_json((yield from self._core.json(Request(
+            "GET", _agent_state_path(thread_id, agent_name)))))
+
+    @operation
+    def put_agent_state(self, thread_id: str, agent_name: str, state: JsonObject, *,
+                        if_match: ETagValue | None = None,
+                        create_only: bool = False) -> Op[AgentState]:
+        """Create or replace an agent's state (the thread is created if needed).
+        Precondition rules as `put_thread`."""
+        return AgentState.from_json((yield from self._core.json(Request(
+            "PUT", _agent_state_path(thread_id, agent_name), json={"state": state},
+            headers=_conditions(if_match, create_only)))))
+
+    @operation
+    def patch_agent_state(self, thread_id: str, agent_name: str, state: JsonObject, *,
+                          if_match: ETagValue | None = None) -> Op[AgentState]:
+        """Merge-patch (RFC 7396) an agent's state; members set to `None` are removed."""
+        return AgentState.from_json((yield from self._core.json(Request(
+            "PATCH", _agent_state_path(thread_id, agent_name), json={"state": state},
+            headers=_conditions(if_match), content_type=MERGE_PATCH))))
+
+    @operation
+    def delete_agent_state(self, thread_id: str, agent_name: str, *,
+                           if_match: ETagValue | None = None) -> Op[None]:
+        """Delete an agent's state."""
+        yield from self._core.call(Request("DELETE", _agent_state_path(thread_id, agent_name),
+                                           headers=_conditions(if_match)))
+
+    @operation
+    def update_agent_state(self, thread_id: str, agent_name: str, fn: StateFn, *,
+                           create: bool = False, max_attempts: int = 10) -> Op[AgentState]:
+        """Optimistic read-modify-write of an agent's state; see `update_thread`."""
+        return (yield from self._read_modify_write(
+            lambda: _Api.get_agent_state.steps(self, thread_id, agent_name),
+            lambda state, revision: _Api.put_agent_state.steps(
+                self, thread_id, agent_name, state, if_match=revision,
+                create_only=revision is None),
+            fn, create, max_attempts))
+
+    @operation
+    def list_agent_states(self, thread_id: str, *, limit: int | None = None,
+                          cursor: str | None = None) -> Op[Page[AgentState]]:
+        """One page of a thread's agent states, by `agent_name`."""
+        return _page(AgentState, (yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/agents",
+            params=drop_none(limit=limit, cursor=cursor)))))
+
+    iter_agent_states = paginated(list_agent_states)
+
+    @operation
+    def query_agent_states(self, *, agent_name: str | None = None,
+                           thread_id: str | None = None,
+                           state_contains: JsonObject | None = None, limit: int | None = None,
+                           cursor: str | None = None) -> Op[Page[AgentState]]:
+        """Agent states across threads, by (`thread_id`, `agent_name`); `state_contains`
+        filters by JSON containment inside `state`."""
+        params = drop_none(
+            agent_name=agent_name, thread_id=thread_id, limit=limit, cursor=cursor,
+            state_contains=json.dumps(state_contains) if state_contains is not None else None)
+        return _page(AgentState, (yield from self._core.json(Request(
+            "GET", "/v1/agent-states", params=params))))
+
+    # MCP servers -------------------------------------------------------------------------
+
+    @operation
+    def get_mcp_server(self, server_name: str, *,
+                       include_secrets: bool = False) -> Op[McpServer]:
+        """An MCP server's cached state. Secrets read `"***"` unless `include_secrets` (and
+        the key has the `secrets:read` scope)."""
+        params = {"include_secrets": "true"} if include_secrets else {}
+        return McpServer.from_json((yield from self._core.json(Request(
+            "GET", f"/v1/mcp-servers/{segment(server_name)}", params=params))))
+
+    @operation
+    def put_mcp_server(self, server_name: str, server_type: str, *,
+                       state: JsonObject | None = None, secrets: dict[str, str] | None = None,
+                       last_connected_at: datetime | str | None = None,
+                       if_match: ETagValue | None = None,
+                       create_only: bool = False) -> Op[McpServer]:
+        """Create or replace an MCP server's state. Omitted `secrets` keep the stored ones,
+        `{}` clears them, a value of `"***"` keeps that secret. Preconditions as `put_thread`."""
+        body = {"server_type": server_type, **drop_none(
+            state=state, secrets=secrets, last_connected_at=_timestamp(last_connected_at))}
+        return McpServer.from_json((yield from self._core.json(Request(
+            "PUT", f"/v1/mcp-servers/{segment(server_name)}", json=body,
+            headers=_conditions(if_match, create_only)))))
+
+    @operation
+    def patch_mcp_server(self, server_name: str, *, server_type: str | None = None,
+                         state: JsonObject | None = None,
+                         secrets: dict[str, str | None] | None = None,
+                         last_connected_at: datetime | str | None = None,
+                         if_match: ETagValue | None = None) -> Op[McpServer]:
+        """Merge-patch (RFC 7396) an MCP server; only the members given are sent."""
+        body = drop_none(server_type=server_type, state=state, secrets=secrets,
+                         last_connected_at=_timestamp(last_connected_at))
+        return McpServer.from_json((yield from self._core.json(Request(
+            "PATCH", f"/v1/mcp-servers/{segment(server_name)}", json=body,
+            headers=_conditions(if_match), content_type=MERGE_PATCH))))
+
+    @operation
+    def delete_mcp_server(self, server_name: str, *,
+                          if_match: ETagValue | None = None) -> Op[None]:
+        """Delete an MCP server's state and secrets."""
+        yield from self._core.call(Request("DELETE", f"/v1/mcp-servers/{segment(server_name)}",
+                                           headers=_conditions(if_match)))
+
+    @operation
+    def list_mcp_servers(self, *, server_type: str | None = None, limit: int | None = None,
+                         cursor: str | None = None) -> Op[Page[McpServer]]:
+        """One page of MCP servers by `server_name`."""
+        return _page(McpServer, (yield from self._core.json(Request(
+            "GET", "/v1/mcp-servers",
+            params=drop_none(server_type=server_type, limit=limit, cursor=cursor)))))
+
+    iter_mcp_servers = paginated(list_mcp_servers)
+
+    # Events ------------------------------------------------------------------------------
+
+    @operation
+    def list_events(self, *, thread_id: str | None = None, types: Sequence[str] | None = None,
+                    after: int | None = None, limit: int | None = None,
+                    cursor: str | None = None) -> Op[Page[Event]]:
+        """One page of the audit trail, oldest first. `next_cursor` is never None: pass the
+        last one back to get exactly the events committed since (a change feed)."""
+        params = drop_none(thread_id=thread_id, type=list(types) if types else None,
+                           after=after, limit=limit, cursor=cursor)
+        return _page(Event, (yield from self._core.json(Request("GET", "/v1/events",
+                                                                params=params))))
+
+    iter_events = paginated(list_events)

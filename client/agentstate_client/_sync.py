@@ -1,0 +1,44 @@
+"""The blocking client."""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import httpx
+
+from agentstate_client._api import _Api
+from agentstate_client._core import _SyncDriver
+
+
+class AgentStateClient(_SyncDriver, _Api):
+    """A blocking client for the agentstate API.
+
+    `base_url` defaults to `$AGENTSTATE_URL` (else `http://127.0.0.1:8080`), `api_key` to
+    `$AGENTSTATE_API_KEY`. Safe requests, appends and compactions are retried
+    `max_retries` times on connection errors, 408/429/5xx and in-flight idempotent requests,
+    with exponential backoff from `backoff` seconds (and jitter), honouring `Retry-After`.
+    Pass `http_client` to reuse your own `httpx.Client` (it is not closed by `close()`), or
+    `transport` to plug in an `httpx` transport. Use it as a context manager, or call `close()`.
+    """
+
+    def __init__(self, base_url: str | None = None, *, api_key: str | None = None,
+                 timeout: float | httpx.Timeout = 30.0, max_retries: int = 2,
+                 backoff: float = 0.5, headers: dict[str, str] | None = None,
+                 http_client: httpx.Client | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self._configure(base_url, api_key, timeout, max_retries, backoff, headers,
+                        own_http=http_client is None, own_transport=transport is not None)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(transport=transport)
+
+    def close(self) -> None:
+        """Close the connection pool (unless the `httpx.Client` was passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> AgentStateClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
