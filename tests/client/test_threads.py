@@ -16,9 +16,14 @@ from agentstate_client import (
     Thread,
     ThreadDeleted,
 )
-from agentstate_client.errors import AlreadyExists, ThreadExists, UnprocessableEntity
+from agentstate_client.errors import (
+    AlreadyExists,
+    ThreadExists,
+    Unauthorized,
+    UnprocessableEntity,
+)
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, agentstate, create_key
 
 
 def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None:
@@ -160,15 +165,28 @@ def test_configuration_from_the_environment(server: ServerProcess, uid: str,
                           timeout=5) as client:
         assert client.base_url == server.base_url
         assert "ask_not_for_logs" not in repr(client) + repr(client._core)
-        client.create_thread(f"env-{uid}")
-        with pytest.raises(NotFound) as missing:
+        # The server runs open, so it refuses a key it does not know: proof the key was sent.
+        with pytest.raises(Unauthorized) as refused:
             client.get_thread(f"missing-{uid}")
-    assert missing.value.request_id == f"req-{uid}", "the server echoes our X-Request-ID"
+    assert refused.value.request_id == f"req-{uid}", "the server echoes our X-Request-ID"
     assert seen[0].headers["authorization"] == "Bearer ask_not_for_logs"
     assert seen[0].headers["user-agent"].startswith("agentstate-client/")
     assert seen[0].extensions["timeout"]["read"] == 5
-    assert seen[0].url == f"{server.base_url}/v1/threads"
+    assert seen[0].url == f"{server.base_url}/v1/threads/missing-{uid}"
     assert not http.is_closed, "a client passed in is the caller's to close"
     with pytest.raises(ValueError, match="not both"):
         AgentStateClient(http_client=http, transport=httpx.HTTPTransport())
     http.close()
+
+
+def test_api_key_against_a_secured_server(tmp_path, uid: str) -> None:
+    # A database of its own: creating a key ends open mode for every server on that database.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'keys.db'}"
+    assert agentstate(url, "migrate").returncode == 0
+    token = create_key(url, tenant=f"t-{uid}", scopes="read,write")
+    with ServerProcess(url) as server:
+        with AgentStateClient(server.base_url, api_key=token) as client:
+            assert client.create_thread(f"k-{uid}").revision == 1
+            assert client.get_thread(f"k-{uid}").thread_id == f"k-{uid}"
+        with AgentStateClient(server.base_url) as anonymous, pytest.raises(Unauthorized):
+            anonymous.get_thread(f"k-{uid}")
