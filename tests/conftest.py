@@ -85,17 +85,30 @@ def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
 
 
-@pytest.fixture
-async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+@contextlib.asynccontextmanager
+async def running(settings: Settings) -> AsyncIterator[FastAPI]:
+    """An application built from `settings`, with its lifespan (engine, pool) running."""
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         yield application
 
 
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+@contextlib.asynccontextmanager
+async def http_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
+        yield c
+
+
+@pytest.fixture
+async def app(settings: Settings) -> AsyncIterator[FastAPI]:
+    async with running(settings) as application:
+        yield application
+
+
+@pytest.fixture
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    async with http_client(app) as c:
         yield c
 
 
@@ -109,11 +122,9 @@ def secret_key() -> str:
 @pytest.fixture
 async def keyed_client(settings: Settings, secret_key: str) -> AsyncIterator[httpx.AsyncClient]:
     """Like `client`, on a server that has a key for MCP secrets (AGENTSTATE_SECRET_KEYS)."""
-    application = create_app(settings.model_copy(update={"secret_keys": [SecretStr(secret_key)]}))
-    async with application.router.lifespan_context(application):
-        transport = httpx.ASGITransport(app=application)
-        async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
-            yield c
+    keyed = settings.model_copy(update={"secret_keys": [SecretStr(secret_key)]})
+    async with running(keyed) as application, http_client(application) as c:
+        yield c
 
 
 @pytest.fixture
@@ -124,15 +135,13 @@ def uid() -> str:
 
 @pytest.fixture
 async def secured_app(secured_database_url: str) -> AsyncIterator[FastAPI]:
-    application = create_app(Settings(database_url=secured_database_url, auto_migrate=False,
-                                      _env_file=None))  # type: ignore[call-arg]
-    async with application.router.lifespan_context(application):
+    async with running(Settings(database_url=secured_database_url, auto_migrate=False,
+                                _env_file=None)) as application:  # type: ignore[call-arg]
         yield application
 
 
 @pytest.fixture
 async def secured_client(secured_app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a server whose database has API keys: send `Authorization: Bearer`."""
-    transport = httpx.ASGITransport(app=secured_app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
+    async with http_client(secured_app) as c:
         yield c
