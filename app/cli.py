@@ -247,6 +247,8 @@ def _print_keys(keys: list[Any], *, as_json: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app.auth.service import DEFAULT_SCOPES
+
     parser = argparse.ArgumentParser(
         prog="agentstate", description="The state service AI agents keep their memory in."
     )
@@ -288,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the tenant the key belongs to (default: default, the tenant "
                              "an open server uses)")
     create.add_argument("--name", required=True, help="a label, e.g. who or what uses the key")
-    create.add_argument("--scopes", default="read,write",
+    create.add_argument("--scopes", default=",".join(DEFAULT_SCOPES),
                         help="comma-separated: read, write, secrets:read, admin "
                              "(default: read,write)")
     listing = keys_sub.add_parser("list", help="list keys (never their tokens)")

@@ -66,4 +66,3 @@ def require(scope: str):  # noqa: ANN201 - returns a FastAPI dependency
 
 ReadAccess = Annotated[Principal, Depends(require("read"))]
 WriteAccess = Annotated[Principal, Depends(require("write"))]
-SecretsAccess = Annotated[Principal, Depends(require("secrets:read"))]
