@@ -124,10 +124,11 @@ async def drain(client: httpx.AsyncClient, cursor: str | None = None,
         assert cursor in page.headers["link"]
 
 
-def agentstate(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def agentstate(database_url: str, *args: str,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `agentstate` CLI against a database, as an operator would."""
     env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
-           "AGENTSTATE_AUTO_MIGRATE": "false"}
+           "AGENTSTATE_AUTO_MIGRATE": "false", **(env or {})}
     return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import stat
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,14 +20,8 @@ from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db.engine import Database
 from app.main import create_app
-from tests.conftest import _upgrade
-from tests.support import (
-    ROOT,
-    ServerProcess,
-    create_postgres_database,
-    drain,
-    drop_postgres_database,
-)
+from tests.conftest import migrated_database
+from tests.support import ServerProcess, agentstate, drain
 
 pytestmark = pytest.mark.anyio
 
@@ -48,24 +39,14 @@ async def serving(settings: Settings, *keys: str,
 
 
 def cli(database_url: str, *args: str, keys: str = "") -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
-           "AGENTSTATE_SECRET_KEYS": keys}
-    return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return agentstate(database_url, *args, env={"AGENTSTATE_SECRET_KEYS": keys})
 
 
 @pytest.fixture
-def fresh_url(backend: str, tmp_path: Path) -> Iterator[str]:
+def fresh_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """An empty migrated database of this backend, for tests that look at every row."""
-    if backend == "sqlite":
-        url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
-        asyncio.run(_upgrade(url))
+    with migrated_database(backend, tmp_path_factory) as url:
         yield url
-        return
-    url = create_postgres_database()
-    asyncio.run(_upgrade(url))
-    yield url
-    drop_postgres_database(url)
 
 
 async def test_write_rules_and_redaction(keyed_client: httpx.AsyncClient, uid: str) -> None:
