@@ -94,16 +94,6 @@ async def preconditions(
     )
 
 
-def require_precondition(pre: Preconditions, *, required: bool, method: str, noun: str) -> None:
-    """428 for a write to an existing resource that names no revision (unless the
-    last-writer-wins setting turned the requirement off)."""
-    if required and not pre.any_given:
-        raise PreconditionRequired(
-            f'{method} of an existing {noun} needs If-Match: "<revision>" (the ETag you '
-            f"read), or If-Match: * to overwrite whatever is there."
-        )
-
-
 def check_preconditions(pre: Preconditions, current: int | None, *, required: bool,
                         method: str, noun: str) -> None:
     """Section 2 for a write to a resource now at revision `current` (None: it does not
@@ -117,7 +107,11 @@ def check_preconditions(pre: Preconditions, current: int | None, *, required: bo
     if pre.if_none_match is not None and pre.if_none_match.matches_weak(current):
         raise PreconditionFailed("If-None-Match names the current ETag.",
                                  current_revision=current)
-    require_precondition(pre, required=required, method=method, noun=noun)
+    if required and not pre.any_given:  # off with the last-writer-wins setting
+        raise PreconditionRequired(
+            f'{method} of an existing {noun} needs If-Match: "<revision>" (the ETag you '
+            f"read), or If-Match: * to overwrite whatever is there."
+        )
 
 
 def not_modified(if_none_match: str | None, revision: int) -> bool:

@@ -9,12 +9,11 @@ from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.dependencies import Principal
-from app.core.conditional import Preconditions, check_preconditions, require_precondition
+from app.core.conditional import Preconditions, check_preconditions
 from app.core.errors import (
     AlreadyExists,
     InvalidCursor,
     NotFound,
-    PreconditionFailed,
     RevisionMismatch,
     ThreadDeleted,
     ThreadExists,
@@ -140,11 +139,8 @@ class ThreadService:
             raise ThreadDeleted(
                 f"Thread {thread_id!r} was deleted; send If-None-Match: * to start it afresh."
             )
-        if pre.if_none_match is not None and pre.if_none_match.matches_weak(current.revision):
-            raise PreconditionFailed("If-None-Match names the current ETag.",
-                                     current_revision=current.revision)
-        require_precondition(pre, required=self.settings.require_preconditions, method="PUT",
-                             noun="thread")
+        check_preconditions(pre, current.revision, method="PUT", noun="thread",
+                            required=self.settings.require_preconditions)
         row = await self.repo.update(thread_id, values)
         if row is None:
             await self._refuse(thread_id)
