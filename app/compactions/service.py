@@ -7,7 +7,7 @@ its row and validate a view no one else is changing.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -23,8 +23,6 @@ from app.core.errors import (
     MessageNotFound,
     MessageNotLive,
     NotFound,
-    RevisionMismatch,
-    ThreadDeleted,
 )
 from app.core.ids import new_id
 from app.core.limits import check_metadata
@@ -78,15 +76,6 @@ class CompactionService:
         self.threads = ThreadRepository(session, principal.tenant_id)
         self.thread_service = ThreadService(session, principal, settings)
 
-    async def _refuse(self, thread_id: str, if_match: ETagList | None) -> NoReturn:
-        """Why the thread's conditional UPDATE touched no row."""
-        current = await self.threads.get(thread_id)
-        if current is not None and current.deleted_at is not None:
-            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        if current is None and if_match is None:
-            raise NotFound(f"Thread {thread_id!r} does not exist.")
-        raise RevisionMismatch(current.revision if current is not None else None)
-
     async def create(self, thread_id: str, body: CompactionIn, if_match: ETagList | None,
                      idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
         """Returns the response body and whether it replays an earlier Idempotency-Key."""
@@ -106,7 +95,7 @@ class CompactionService:
         thread = await self.threads.advance(thread_id, seqs=1, live_delta=1 - len(ids),
                                             expected=expected_revisions(if_match))
         if thread is None:
-            await self._refuse(thread_id, if_match)
+            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
         sources = await self._check_run(thread.id, ids)
         await self.messages.ensure_new_ids(thread.id, [body.summary.id] if body.summary.id else [])
 
@@ -169,7 +158,7 @@ class CompactionService:
     async def revert(self, thread_id: str, compaction_id: str, if_match: ETagList | None) -> None:
         thread_pk = await self.threads.live_pk(thread_id)
         if thread_pk is None:
-            await self._refuse(thread_id, if_match)
+            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
         record = await self.repo.get(thread_pk, compaction_id)
         if record is None:
             raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
@@ -177,7 +166,7 @@ class CompactionService:
         locked = await self.threads.advance(thread_id, seqs=0, live_delta=len(sources) - 1,
                                             expected=expected_revisions(if_match))
         if locked is None:
-            await self._refuse(thread_id, if_match)
+            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
         # Read again under the thread's row lock: a concurrent revert or compaction may have
         # committed since the first read.
         record = await self.repo.get(locked.id, compaction_id)

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.dependencies import Principal
 from app.core.conditional import ETagList
-from app.core.errors import InvalidCursor, NotFound, RevisionMismatch, ThreadDeleted
+from app.core.errors import InvalidCursor, NotFound, ThreadDeleted
 from app.core.pagination import decode_cursor, encode_cursor
 from app.core.settings import Settings
 from app.db.base import utcnow
@@ -86,10 +86,7 @@ class MessageService:
             if row is None:  # deleted between the create and here
                 raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
             return row
-        current = await self.threads.get(thread_id)
-        if current is not None and current.deleted_at is not None:
-            raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
-        raise RevisionMismatch(current.revision if current is not None else None)
+        await self.thread_service.refuse_write(thread_id)
 
     async def page(self, thread_pk: int, *, view: View = "live", order: Order = "asc",
                    cursor: str | None = None, after_seq: int | None = None,

@@ -67,11 +67,14 @@ class ThreadService:
             self._event("thread.created", thread_id, row.revision)
         return row
 
-    async def _refuse(self, thread_id: str) -> NoReturn:
-        """Explain why a conditional write touched no row: gone (410) or a lost race (412)."""
+    async def refuse_write(self, thread_id: str, *, if_match_sent: bool = True) -> NoReturn:
+        """Explain why a conditional write to the thread touched no row: gone (410), missing
+        (404, when no If-Match named a revision) or a lost race (412)."""
         row = await self.repo.get(thread_id)
         if row is not None and row.deleted_at is not None:
             raise ThreadDeleted(f"Thread {thread_id!r} was deleted.")
+        if row is None and not if_match_sent:
+            raise NotFound(f"Thread {thread_id!r} does not exist.")
         raise RevisionMismatch(row.revision if row is not None else None)
 
     async def create(self, body: ThreadCreate) -> ThreadOut:
@@ -123,7 +126,7 @@ class ThreadService:
             expected = None if pre.if_match.any else pre.if_match.strong_revisions()
             row = await self.repo.update(thread_id, values, expected)
             if row is None:
-                await self._refuse(thread_id)
+                await self.refuse_write(thread_id)
             self._event("thread.updated", thread_id, row.revision)
             await self._append(row, appended, now)
             return to_out(row), False
@@ -143,7 +146,7 @@ class ThreadService:
                             required=self.settings.require_preconditions)
         row = await self.repo.update(thread_id, values)
         if row is None:
-            await self._refuse(thread_id)
+            await self.refuse_write(thread_id)
         self._event("thread.updated", thread_id, row.revision)
         await self._append(row, appended, now)
         return to_out(row), False
@@ -183,7 +186,7 @@ class ThreadService:
             check_metadata(values["metadata"], self.settings)
         updated = await self.repo.update(thread_id, values, [row.revision])
         if updated is None:  # only if the lock was not held (cannot happen on either backend)
-            await self._refuse(thread_id)
+            await self.refuse_write(thread_id)
         self._event("thread.updated", thread_id, updated.revision)
         return to_out(updated)
 
@@ -191,7 +194,7 @@ class ThreadService:
         row = await self._locked_live(thread_id, pre, "DELETE")
         revision = await self.repo.delete(thread_id, row.revision, utcnow())
         if revision is None:
-            await self._refuse(thread_id)
+            await self.refuse_write(thread_id)
         self._event("thread.deleted", thread_id, revision)
 
     async def list(self, *, limit: int, cursor: str | None, metadata: dict[str, Any] | None,
