@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     pool_recycle: int = Field(1800, ge=-1, description="Seconds before a connection is replaced.")
     pool_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a free connection.")
     pool_pre_ping: bool = True
+    pool_ping_idle_seconds: float = Field(
+        1.0, ge=0, description="Ping only connections idle this long; 0 pings every checkout."
+    )
     connect_timeout: float = Field(5.0, gt=0)
     statement_timeout_ms: int = Field(30_000, ge=0, description="Postgres statement_timeout.")
     sqlite_busy_timeout_ms: int = Field(30_000, ge=0)

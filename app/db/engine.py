@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from sqlalchemy.util import await_
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings
 
+_LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
 WRITE = "agentstate_write"
 
@@ -50,24 +52,38 @@ def build_engine(settings: Settings) -> AsyncEngine:
         **{**common, "pool_pre_ping": False},
     )
     if settings.pool_pre_ping:
-        _ping_on_checkout(engine)
+        _ping_on_checkout(engine, settings.pool_ping_idle_seconds)
     return engine
 
 
-def _ping_on_checkout(engine: AsyncEngine) -> None:
-    """`pool_pre_ping` in one round trip instead of three.
+def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float) -> None:
+    """`pool_pre_ping` in at most one round trip, and none for a connection in steady use.
 
-    SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK, so that pgbouncer's
-    transaction mode cannot route the prepare and the execute to different servers. A
-    simple-query `SELECT 1` prepares nothing and needs no transaction. As with pre-ping, a
-    connection that fails it discards the pool's older connections and the checkout retries
-    on a new one.
+    SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK (three round trips, on
+    every checkout). Here a connection the database closed (a restart, `pg_terminate_backend`)
+    is seen without a round trip: the event loop has already read its EOF, so asyncpg reports
+    it closed. Only a connection idle for `idle_seconds` is also pinged, with a simple-query
+    `SELECT 1`, for what no EOF announces (a half-open TCP connection behind a NAT or a
+    failover). As with pre-ping, a connection that fails either check discards the pool's
+    older connections and the checkout retries on a new one.
     """
+    pool = engine.sync_engine
 
-    @event.listens_for(engine.sync_engine, "checkout")
-    def _ping(_dbapi_connection: Any, _record: Any, proxy: Any) -> None:
+    @event.listens_for(pool, "connect")
+    @event.listens_for(pool, "checkin")
+    def _used(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_LAST_USED] = time.monotonic()
+
+    @event.listens_for(pool, "checkout")
+    def _ping(_dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        driver = proxy.driver_connection
+        if driver.is_closed():
+            raise InvalidatePoolError("connection was closed by the database")
+        if time.monotonic() - record.info.get(_LAST_USED, 0.0) < idle_seconds:
+            return
         try:
-            await_(proxy.driver_connection.execute("SELECT 1"))
+            await_(driver.execute("SELECT 1"))
         except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
             raise InvalidatePoolError("connection failed its ping") from exc
 
