@@ -68,7 +68,9 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL; postgresql://... is normalised to asyncpg.",
     )
     # Postgres pool (ignored on SQLite).
-    pool_size: int = Field(10, ge=1)
+    # Above the steady concurrency: a connection returned to a full pool is closed, so a pool
+    # smaller than the requests in flight opens (and Postgres forks) a connection per request.
+    pool_size: int = Field(20, ge=1)
     max_overflow: int = Field(10, ge=0)
     pool_recycle: int = Field(1800, ge=-1, description="Seconds before a connection is replaced.")
     pool_timeout: float = Field(5.0, gt=0, description="Seconds to wait for a free connection.")
