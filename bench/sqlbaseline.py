@@ -22,9 +22,13 @@ from bench.stats import summarise
 TENANT, ACTOR = "default", "anonymous"
 THREAD_COLUMNS = ("id, tenant_id, thread_id, revision, state, metadata, created_at, updated_at, "
                   "deleted_at, last_seq, message_count")
-EVENT_LOCK = "SELECT pg_advisory_xact_lock(1634169716, hashtext($1))"
-EVENT_INSERT = ("INSERT INTO events (tenant_id, at, type, thread_id, resource, revision, actor) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING seq")
+EVENT_COLUMNS = "(tenant_id, actor, type, resource, revision, thread_id, at)"
+EVENT_VALUES = "$1, $2, $3, $4, $5, $6, $7"
+# The server takes the per-tenant event lock in the INSERT itself (app/events/service.py).
+EVENT_INSERT = ("WITH event_lock AS MATERIALIZED (SELECT pg_advisory_xact_lock(1634169716, "
+                f"hashtext($1)) AS held) INSERT INTO events {EVENT_COLUMNS} "
+                f"SELECT {EVENT_VALUES} FROM event_lock")
+EVENT_INSERT_UNLOCKED = f"INSERT INTO events {EVENT_COLUMNS} VALUES ({EVENT_VALUES})"
 
 
 def now() -> datetime:
@@ -33,10 +37,8 @@ def now() -> datetime:
 
 async def record_event(conn: asyncpg.Connection, type: str, thread: str, revision: int,
                        lock: bool = True) -> None:
-    if lock:
-        await conn.execute(EVENT_LOCK, TENANT)
-    await conn.fetchval(EVENT_INSERT, TENANT, now(), type, thread, f"/v1/threads/{thread}",
-                        revision, ACTOR)
+    await conn.execute(EVENT_INSERT if lock else EVENT_INSERT_UNLOCKED, TENANT, ACTOR, type,
+                       f"/v1/threads/{thread}", revision, thread, now())
 
 
 async def create_thread(conn: asyncpg.Connection, thread: str, state: dict[str, Any]) -> int:

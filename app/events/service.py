@@ -8,7 +8,9 @@ reads "everything after seq N" can never miss an event that commits later with a
 
 from __future__ import annotations
 
-from sqlalchemy import func, insert, select
+from typing import Any
+
+from sqlalchemy import bindparam, func, insert, select, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.dependencies import Principal
@@ -22,6 +24,8 @@ from app.events.schemas import EventOut, EventPage
 _PENDING = "agentstate_pending_events"
 _LOCK_NAMESPACE = 0x61677374  # "agst"
 CURSOR = "events"
+_COLUMNS = ("tenant_id", "actor", "type", "resource", "revision", "thread_id", "at")
+_events = Event.__table__
 
 
 def record(
@@ -50,14 +54,36 @@ async def flush_events(session: AsyncSession) -> None:
     pending = session.info.pop(_PENDING, None)
     if not pending:
         return
-    if session.get_bind().dialect.name == "postgresql":
-        for tenant_id in sorted({event["tenant_id"] for event in pending}):
-            await session.execute(
-                select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant_id)))
-            )
     at = utcnow()
-    # Core, not the ORM bulk path: nothing here needs the identity map.
-    await session.execute(insert(Event.__table__), [{**event, "at": at} for event in pending])
+    rows = [{**event, "at": at} for event in pending]
+    if session.get_bind().dialect.name != "postgresql":
+        # Core, not the ORM bulk path: nothing here needs the identity map.
+        await session.execute(insert(_events), rows)
+        return
+    for tenant_id in sorted({row["tenant_id"] for row in rows}):
+        mine = [row for row in rows if row["tenant_id"] == tenant_id]
+        await session.execute(_locked_insert(tenant_id, mine))
+
+
+def _locked_insert(tenant_id: str, rows: list[dict[str, Any]]) -> Any:
+    """One statement that takes the tenant's event lock and then inserts `rows` in order.
+
+    The lock is a MATERIALIZED CTE the inserted rows are selected from, so it is held before
+    any `seq` is drawn, and the request pays no round trip of its own for it.
+    """
+    lock = (
+        select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant_id)).label("held"))
+        .cte("event_lock")
+        .prefix_with("MATERIALIZED")
+    )
+    selects = [
+        # asyncpg binds carry their type ($1::VARCHAR), so no branch has an unknown NULL.
+        select(*(bindparam(None, row[name], type_=_events.c[name].type) for name in _COLUMNS))
+        .select_from(lock)
+        for row in rows
+    ]
+    source = selects[0] if len(selects) == 1 else union_all(*selects)
+    return insert(_events).from_select(_COLUMNS, source)
 
 
 class EventService:
