@@ -8,6 +8,7 @@ reads "everything after seq N" can never miss an event that commits later with a
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, union_all
@@ -62,27 +63,30 @@ async def flush_events(session: AsyncSession) -> None:
         return
     for tenant_id in sorted({row["tenant_id"] for row in rows}):
         mine = [row for row in rows if row["tenant_id"] == tenant_id]
-        await session.execute(_locked_insert(tenant_id, mine))
+        params = {f"{name}_{i}": row[name] for i, row in enumerate(mine) for name in _COLUMNS}
+        await session.execute(_locked_insert(len(mine)), {"lock_tenant": tenant_id, **params})
 
 
-def _locked_insert(tenant_id: str, rows: list[dict[str, Any]]) -> Any:
-    """One statement that takes the tenant's event lock and then inserts `rows` in order.
+@cache
+def _locked_insert(count: int) -> Any:
+    """One statement that takes the tenant's event lock and then inserts `count` rows in order.
 
     The lock is a MATERIALIZED CTE the inserted rows are selected from, so it is held before
     any `seq` is drawn, and the request pays no round trip of its own for it.
     """
+    tenant = bindparam("lock_tenant", type_=_events.c.tenant_id.type)
     lock = (
-        select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant_id)).label("held"))
+        select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant)).label("held"))
         .cte("event_lock")
         .prefix_with("MATERIALIZED")
     )
     selects = [
         # asyncpg binds carry their type ($1::VARCHAR), so no branch has an unknown NULL.
-        select(*(bindparam(None, row[name], type_=_events.c[name].type) for name in _COLUMNS))
+        select(*(bindparam(f"{name}_{i}", type_=_events.c[name].type) for name in _COLUMNS))
         .select_from(lock)
-        for row in rows
+        for i in range(count)
     ]
-    source = selects[0] if len(selects) == 1 else union_all(*selects)
+    source = selects[0] if count == 1 else union_all(*selects)
     return insert(_events).from_select(_COLUMNS, source)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from datetime import datetime
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import Row, and_, delete, insert, or_, select, update
+from sqlalchemy import BigInteger, Row, and_, bindparam, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.base import utcnow
@@ -15,6 +16,44 @@ from app.threads.models import Thread
 
 t = Thread.__table__
 Lock = Literal["update", "share"] | None
+Expectation = Literal["any", "one", "many"]
+
+# The statements every request runs are built once per shape, with a parameter for every
+# value (docs/CONVENTIONS.md, "Hot statements"): building and keying a statement costs about
+# as much as executing it.
+_KEY = and_(t.c.tenant_id == bindparam("tenant"), t.c.thread_id == bindparam("thread"))
+_LIVE_PK = select(t.c.id).where(_KEY, t.c.deleted_at.is_(None))
+
+
+@cache
+def _get(lock: Lock) -> Any:
+    stmt = select(t).where(_KEY)
+    # "share" (FOR KEY SHARE) keeps the row from being deleted under a child insert without
+    # blocking appends; "update" (FOR NO KEY UPDATE) excludes other writers.
+    return stmt.with_for_update(read=lock == "share", key_share=True) if lock else stmt
+
+
+def _expectation(expected: Collection[int] | None) -> Expectation:
+    return "any" if expected is None else "one" if len(expected) == 1 else "many"
+
+
+@cache
+def _bump(columns: tuple[str, ...], expected: Expectation, returning: Literal["all", "keys"]) -> Any:
+    """UPDATE of a live thread: revision + 1, `columns` and the message counters set from
+    parameters, guarded by the expected revision(s)."""
+    stmt = update(t).where(_KEY, t.c.deleted_at.is_(None))
+    if expected == "one":
+        stmt = stmt.where(t.c.revision == bindparam("expected"))
+    elif expected == "many":
+        stmt = stmt.where(t.c.revision.in_(bindparam("expected", expanding=True)))
+    stmt = stmt.values(
+        revision=t.c.revision + 1, updated_at=bindparam("now", type_=t.c.updated_at.type),
+        last_seq=t.c.last_seq + bindparam("seqs", type_=BigInteger),
+        message_count=t.c.message_count + bindparam("live_delta", type_=BigInteger),
+        **{name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns},
+    )
+    keys = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq)
+    return stmt.returning(*(t.c if returning == "all" else keys))
 
 
 class ThreadRepository:
@@ -28,18 +67,15 @@ class ThreadRepository:
     async def get(self, thread_id: str, lock: Lock = None) -> Row[Any] | None:
         """The row (live or tombstone). `lock` takes a row lock on Postgres; SQLite's write
         transactions are serialised by BEGIN IMMEDIATE already."""
-        stmt = select(t).where(self._key(thread_id))
-        if lock and dialect_name(self.session) == "postgresql":
-            # "share" (FOR KEY SHARE) keeps the row from being deleted under a child insert
-            # without blocking appends; "update" (FOR NO KEY UPDATE) excludes other writers.
-            stmt = stmt.with_for_update(read=lock == "share", key_share=True)
-        return (await self.session.execute(stmt)).first()
+        postgres_lock = lock if lock and dialect_name(self.session) == "postgresql" else None
+        return (await self.session.execute(_get(postgres_lock), self._params(thread_id))).first()
 
     async def live_pk(self, thread_id: str) -> int | None:
         """The key of a live thread, for reads of its children: the state is not fetched."""
-        return await self.session.scalar(
-            select(t.c.id).where(self._key(thread_id), t.c.deleted_at.is_(None))
-        )
+        return await self.session.scalar(_LIVE_PK, self._params(thread_id))
+
+    def _params(self, thread_id: str) -> dict[str, Any]:
+        return {"tenant": self.tenant_id, "thread": thread_id}
 
     async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
                      now: datetime, messages: int = 0) -> Row[Any] | None:
@@ -67,36 +103,34 @@ class ThreadRepository:
         return (await self.session.execute(stmt)).first()
 
     async def update(self, thread_id: str, values: dict[str, Any],
-                     expected: Iterable[int] | None = None) -> Row[Any] | None:
-        """Bump the revision of a live thread, only if it is one of `expected` (when given).
+                     expected: Collection[int] | None = None, *, seqs: int = 0,
+                     live_delta: int = 0) -> Row[Any] | None:
+        """Bump the revision of a live thread, only if it is one of `expected` (when given),
+        setting `values` (state, metadata) and handing out `seqs` message seqs.
 
         Check and increment are one statement, so two writers holding the same revision
         cannot both succeed, whichever process or server they run in.
         """
-        stmt = self._bump(thread_id, values, expected).returning(*t.c)
-        return (await self.session.execute(stmt)).first()
-
-    def _bump(self, thread_id: str, values: dict[str, Any],
-              expected: Iterable[int] | None) -> Any:
-        stmt = update(t).where(self._key(thread_id), t.c.deleted_at.is_(None))
-        if expected is not None:
-            stmt = stmt.where(t.c.revision.in_(list(expected)))
-        return stmt.values(revision=t.c.revision + 1, updated_at=utcnow(), **values)
-
-    @staticmethod
-    def message_counters(seqs: int, live_delta: int) -> dict[str, Any]:
-        """Values for `update`: hand out `seqs` new message seqs, change the live count."""
-        return {"last_seq": t.c.last_seq + seqs, "message_count": t.c.message_count + live_delta}
+        stmt = _bump(tuple(sorted(values)), _expectation(expected), "all")
+        return await self._bump_row(stmt, thread_id, values, expected, seqs, live_delta)
 
     async def advance(self, thread_id: str, *, seqs: int, live_delta: int,
-                      expected: Iterable[int] | None = None) -> Row[Any] | None:
+                      expected: Collection[int] | None = None) -> Row[Any] | None:
         """One revision of a live thread for a message write: the row comes back with the
         last of the `seqs` new seqs in `last_seq`, and stays locked until commit, so
         concurrent appends queue here and seqs never gap or repeat. Only the keys come back,
         not the state, so an append never pays for the size of the thread's state."""
-        stmt = self._bump(thread_id, self.message_counters(seqs, live_delta), expected)
-        stmt = stmt.returning(t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq)
-        return (await self.session.execute(stmt)).first()
+        stmt = _bump((), _expectation(expected), "keys")
+        return await self._bump_row(stmt, thread_id, {}, expected, seqs, live_delta)
+
+    async def _bump_row(self, stmt: Any, thread_id: str, values: dict[str, Any],
+                        expected: Collection[int] | None, seqs: int,
+                        live_delta: int) -> Row[Any] | None:
+        params = {"tenant": self.tenant_id, "thread": thread_id, "now": utcnow(), "seqs": seqs,
+                  "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
+        if expected is not None:
+            params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
+        return (await self.session.execute(stmt, params)).first()
 
     async def delete(self, thread_id: str, revision: int, now: datetime) -> int | None:
         """Delete a live thread at `revision` (children go by ON DELETE CASCADE) and leave a

@@ -119,12 +119,13 @@ class ThreadService:
             await self._append(row, appended, now)
             return to_out(row), True
 
-        values: dict[str, Any] = {"state": body.state, **self.repo.message_counters(count, count)}
+        values: dict[str, Any] = {"state": body.state}
         if body.metadata is not None:
             values["metadata"] = body.metadata
         if pre.if_match is not None:
             expected = None if pre.if_match.any else pre.if_match.strong_revisions()
-            row = await self.repo.update(thread_id, values, expected)
+            row = await self.repo.update(thread_id, values, expected, seqs=count,
+                                         live_delta=count)
             if row is None:
                 await self.refuse_write(thread_id)
             self._event("thread.updated", thread_id, row.revision)
@@ -144,7 +145,7 @@ class ThreadService:
             )
         check_preconditions(pre, current.revision, method="PUT", noun="thread",
                             required=self.settings.require_preconditions)
-        row = await self.repo.update(thread_id, values)
+        row = await self.repo.update(thread_id, values, seqs=count, live_delta=count)
         if row is None:
             await self.refuse_write(thread_id)
         self._event("thread.updated", thread_id, row.revision)
