@@ -1,0 +1,101 @@
+"""Where a write's server CPU goes below HTTP: the state replace transaction (thread UPDATE
+and its event) run N times on one connection, once through the server's own repositories on an
+SQLAlchemy AsyncSession and once as the same SQL sent with asyncpg, measured in CPU seconds of
+this process (so the database's share and the machine's noise are left out).
+
+    .venv/bin/python -m bench.layers [--n 2000]   (local Postgres, as bench/run.py)
+
+Prints one JSON object: microseconds of CPU per transaction for each layer and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from sqlalchemy.engine import make_url
+
+from app.auth.authenticator import OPEN
+from app.core.jsonutil import dumps
+from app.core.settings import Settings
+from app.db.base import utcnow
+from app.db.engine import Database
+from app.events.service import flush_events, record
+from app.threads.repository import ThreadRepository
+from bench.ops import run_state
+from bench.server import create_postgres_database, drop_postgres_database, migrate
+from bench.sqlbaseline import EVENT_INSERT
+
+UPDATE = ("UPDATE threads SET revision = revision + 1, updated_at = $1, state = $2::json, "
+          "last_seq = last_seq + 0, message_count = message_count + 0 WHERE tenant_id = $3 "
+          "AND thread_id = $4 AND deleted_at IS NULL RETURNING *")
+
+
+async def cpu_per_call(call: Callable[[], Awaitable[Any]], n: int) -> float:
+    for _ in range(n // 10):  # warm caches and prepared statements
+        await call()
+    started = time.process_time()
+    for _ in range(n):
+        await call()
+    return (time.process_time() - started) / n * 1e6
+
+
+async def measure(url: str, n: int) -> dict[str, Any]:
+    db = Database(Settings(database_url=url))
+    thread = f"layers-{time.time_ns()}"
+    async with db.write_sessions() as session:
+        await ThreadRepository(session, OPEN.tenant_id).insert(thread, {}, {}, utcnow())
+        await session.commit()
+
+    async def through_sqlalchemy() -> None:
+        async with db.write_sessions() as session:
+            row = await ThreadRepository(session, OPEN.tenant_id).update(
+                thread, {"state": run_state(1)})
+            record(session, OPEN, "thread.updated", f"/v1/threads/{thread}",
+                   revision=row.revision, thread_id=thread)
+            await flush_events(session)
+            await session.commit()
+
+    raw = await asyncpg.connect(make_url(url).set(drivername="postgresql")
+                                .render_as_string(hide_password=False))
+
+    async def through_asyncpg() -> None:
+        async with raw.transaction():
+            row = await raw.fetchrow(UPDATE, utcnow(), dumps(run_state(1)), OPEN.tenant_id, thread)
+            await raw.execute(EVENT_INSERT, OPEN.tenant_id, OPEN.actor, "thread.updated",
+                              f"/v1/threads/{thread}", row["revision"], thread, utcnow())
+
+    try:
+        sqlalchemy_us = await cpu_per_call(through_sqlalchemy, n)
+        asyncpg_us = await cpu_per_call(through_asyncpg, n)
+    finally:
+        await raw.close()
+        await db.dispose()
+    return {"transactions": n, "sqlalchemy_session_us": round(sqlalchemy_us, 1),
+            "asyncpg_us": round(asyncpg_us, 1), "ratio": round(sqlalchemy_us / asyncpg_us, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000)
+    args = parser.parse_args()
+    url = create_postgres_database()
+    try:
+        migrate(url)
+        try:
+            import uvloop
+        except ImportError:
+            uvloop = None
+        runner = uvloop.run if uvloop else asyncio.run
+        print(json.dumps(runner(measure(url, args.n))))
+    finally:
+        drop_postgres_database(url)
+
+
+if __name__ == "__main__":
+    main()
