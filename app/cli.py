@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import ipaddress
 import json
+import logging
 import os
+import socket
 import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -38,8 +40,7 @@ def _serve(args: argparse.Namespace) -> int:
             )
             return 2
     configure_logging(settings.log_level, settings.log_format)
-    uvicorn.run(
-        "app.main:serve_app",
+    options: dict[str, Any] = dict(
         factory=True,
         host=args.host,
         port=args.port,
@@ -51,7 +52,49 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.keep_alive,
         server_header=False,
     )
+    if args.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+        from uvicorn.supervisors import Multiprocess
+
+        config = uvicorn.Config("app.main:serve_app", **options)
+        listener = _reuseport_socket(args.host, args.port, WorkerSocket)
+        logging.getLogger("agentstate.serve").info(
+            "listening on %s:%d with %d workers, a socket each (SO_REUSEPORT)",
+            args.host, listener.getsockname()[1], args.workers)
+        Multiprocess(config, sockets=[listener]).run()
+    else:
+        uvicorn.run("app.main:serve_app", **options)
     return 0
+
+
+class WorkerSocket(socket.socket):
+    """The listening address, handed to each worker as a socket of its own.
+
+    uvicorn's workers accept from one shared socket, and the first awake takes the waiting
+    connections: 16 keep-alive clients split 14/2 between two workers, so one worker was
+    saturated while the other idled. With SO_REUSEPORT the kernel spreads new connections
+    over one listening socket per worker. uvicorn hands its sockets to the workers it spawns
+    by pickling them, and this one unpickles as a new socket bound to the same address. The
+    supervisor's own is bound, to hold the port, but never listens, so it is never given a
+    connection.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        host, port = self.getsockname()[:2]
+        return _reuseport_socket, (host, port)
+
+
+def _reuseport_socket(host: str, port: int,
+                      cls: type[socket.socket] = socket.socket) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = cls(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise SystemExit(f"agentstate: cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
 
 
 async def _migrate(settings: Settings, revision: str) -> tuple[str | None, str | None]:

@@ -96,10 +96,10 @@ async def test_sigterm_drains_in_flight_requests(database_url: str, uid: str, wo
                 # for the open request; only then does the test let the request go on.
                 await eventually(lambda: "Waiting for connections to close" in server.logs(),
                                  "the server drains")
-                if workers == 1:
-                    assert refuses_connections(server.port)
-                # (With workers the supervisor keeps the listening socket open until its
-                # workers have drained: a new connection waits in the backlog instead.)
+                # Every worker closes its own listening socket (the supervisor's never
+                # listens), so new connections are refused rather than left in a backlog.
+                await eventually(lambda: refuses_connections(server.port),
+                                 "new connections are refused")
                 assert not in_flight.done()
             response = await in_flight
         assert response.status_code == 201, response.text
