@@ -150,8 +150,9 @@ async def _rotate(settings: Settings, box: SecretBox) -> tuple[int, list[str]]:
         while True:
             # A transaction per batch: rotation is idempotent, so an interrupted run is
             # finished by running it again, and writers are never held up for long.
-            async with db.write_sessions() as session, session.begin():
-                last, count, failed = await rotate_batch(session, box, after, 500)
+            async with db.write() as connection:
+                last, count, failed = await rotate_batch(connection, box, after, 500)
+                await connection.commit()
             if last is None:
                 return rotated, unreadable
             rotated, after = rotated + count, last
@@ -212,8 +213,8 @@ async def _keys_exist(settings: Settings) -> bool:
         async with db.engine.connect() as connection:
             if not await connection.run_sync(lambda sync: inspect(sync).has_table("api_keys")):
                 return False
-        async with db.read_sessions() as session:
-            return await ApiKeyRepository(session).any_exist()
+        async with db.read() as connection:
+            return await ApiKeyRepository(connection).any_exist()
     except (OSError, TimeoutError) as exc:
         print(f"agentstate: cannot check for API keys ({type(exc).__name__}); every request "
               "will need one.", file=sys.stderr)
@@ -236,9 +237,9 @@ async def _in_keys_session(settings: Settings, use: Callable[[Any], Awaitable[T]
         elif await migrate.current_revision(db.engine) != migrate.head_revision():
             raise ServiceUnavailable(
                 "The database schema is not current; run `agentstate migrate`.")
-        async with db.write_sessions() as session:
-            result = await use(ApiKeyService(session))
-            await session.commit()
+        async with db.write() as connection:
+            result = await use(ApiKeyService(connection))
+            await connection.commit()
             return result
     finally:
         await db.dispose()

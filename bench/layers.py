@@ -1,6 +1,6 @@
 """Where a write's server CPU goes below HTTP: the state replace transaction (thread UPDATE
 and its event) run N times on one connection, once through the server's own repositories on an
-SQLAlchemy AsyncSession and once as the same SQL sent with asyncpg, measured in CPU seconds of
+SQLAlchemy AsyncConnection and once as the same SQL sent with asyncpg, measured in CPU seconds of
 this process (so the database's share and the machine's noise are left out).
 
     .venv/bin/python -m bench.layers [--n 2000]   (local Postgres, as bench/run.py)
@@ -48,12 +48,12 @@ async def cpu_per_call(call: Callable[[], Awaitable[Any]], n: int) -> float:
 async def measure(url: str, n: int) -> dict[str, Any]:
     db = Database(Settings(database_url=url))
     thread = f"layers-{time.time_ns()}"
-    async with db.write_sessions() as session:
+    async with db.write() as session:
         await ThreadRepository(session, OPEN.tenant_id).insert(thread, {}, {}, utcnow())
         await session.commit()
 
     async def through_sqlalchemy() -> None:
-        async with db.write_sessions() as session:
+        async with db.write() as session:
             row = await ThreadRepository(session, OPEN.tenant_id).update(
                 thread, {"state": run_state(1)})
             record(session, OPEN, "thread.updated", f"/v1/threads/{thread}",
@@ -76,7 +76,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
     finally:
         await raw.close()
         await db.dispose()
-    return {"transactions": n, "sqlalchemy_session_us": round(sqlalchemy_us, 1),
+    return {"transactions": n, "sqlalchemy_us": round(sqlalchemy_us, 1),
             "asyncpg_us": round(asyncpg_us, 1), "ratio": round(sqlalchemy_us / asyncpg_us, 2)}
 
 

@@ -213,6 +213,19 @@ class EventsPage(Op):
         return "GET", "/v1/events?limit=100", None, None
 
 
+class Healthz(Op):
+    """agentstate's own HTTP stack with no database and no key (request ids, access log,
+    metrics, body limits, routing): the most any agentstate endpoint can reach."""
+
+    name = "healthz"
+
+    async def setup(self, conn, index):
+        return Slot("")
+
+    def build(self, slot):
+        return "GET", "/healthz", None, None
+
+
 class Hello(Op):
     """Baseline (b): the minimal FastAPI endpoint in bench/minimal_app.py."""
 
@@ -227,7 +240,7 @@ class Hello(Op):
 
 OPS: dict[str, type[Op]] = {op.name: op for op in (
     CreateThread, StateReplace, AppendOne, AppendBatch, PageRead, GetThread, Compaction,
-    AgentStateReplace, EventsPage, Hello,
+    AgentStateReplace, EventsPage, Healthz, Hello,
 )}
 SERVER_OPS = [name for name in OPS if name != "hello"]
 WRITE_OPS = ["create_thread", "state_replace", "append_1", "append_10", "compaction_20",

@@ -284,7 +284,7 @@ async def test_write_racing_a_thread_delete_never_resurrects_it(app, client: htt
     from app.threads.repository import ThreadRepository
 
     await client.put(f"/v1/threads/{uid}", json={"state": {}})
-    async with app.state.db.write_sessions() as session:
+    async with app.state.db.write() as session:
         threads = ThreadRepository(session, "default")
         row = await threads.get(uid, lock="update")
         await threads.delete(uid, row.revision, utcnow())

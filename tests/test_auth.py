@@ -48,7 +48,7 @@ def app_for(url: str, **overrides: object) -> FastAPI:
 
 
 async def actors(app: FastAPI, tenant: str, thread_id: str) -> list[str]:
-    async with app.state.db.read_sessions() as session:
+    async with app.state.db.read() as session:
         rows = await session.execute(
             select(Event.actor).where(Event.tenant_id == tenant, Event.thread_id == thread_id)
             .order_by(Event.seq))
@@ -330,7 +330,7 @@ async def test_guard_stops_unscoped_statements_in_requests(app: FastAPI, uid: st
 
 async def test_guard_leaves_code_outside_requests_alone(app: FastAPI, uid: str) -> None:
     """CLI maintenance and tests read across tenants; only request handling is guarded."""
-    async with app.state.db.read_sessions() as session:
+    async with app.state.db.read() as session:
         assert (await session.execute(select(t).where(t.c.thread_id == uid))).first() is None
         token = request_tenant.set("default")
         try:

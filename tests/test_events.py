@@ -187,7 +187,7 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
     _, start = await drain(client)
 
     async def write(name: str, hold: asyncio.Event | None = None) -> None:
-        async with app.state.db.write_sessions() as session:
+        async with app.state.db.write() as session:
             record(session, principal, "thread.updated", f"/v1/threads/{name}", revision=1,
                    thread_id=name)
             await flush_events(session)

@@ -22,7 +22,7 @@ JSON = {"content-type": "application/json"}
 
 async def events_of(app: FastAPI, thread_id: str) -> list[tuple[str, int | None, str]]:
     # The events router is another slice; read the audit rows the write committed.
-    async with app.state.db.read_sessions() as session:
+    async with app.state.db.read() as session:
         rows = await session.execute(
             select(Event.type, Event.revision, Event.resource)
             .where(Event.thread_id == thread_id).order_by(Event.seq)

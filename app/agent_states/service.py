@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.agent_states.repository import AgentStateRepository
 from app.agent_states.schemas import AgentStateOut, AgentStatePatch, AgentStateReplace
@@ -35,7 +35,7 @@ def to_out(row: Row[Any]) -> AgentStateOut:
 
 
 class AgentStateService:
-    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings) -> None:
+    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings) -> None:
         self.session = session
         self.principal = principal
         self.settings = settings

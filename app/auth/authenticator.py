@@ -89,12 +89,12 @@ class Authenticator:
 
 
 async def _any_key(db: Database) -> bool:
-    async with db.read_sessions() as session:
+    async with db.read() as session:
         return await ApiKeyRepository(session).any_exist()
 
 
 async def _load(db: Database, key_id: str) -> _Key | None:
-    async with db.read_sessions() as session:
+    async with db.read() as session:
         row = await ApiKeyRepository(session).get(key_id)
     if row is None:
         return None

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.models import ApiKey
 
@@ -15,7 +15,7 @@ k = ApiKey.__table__
 
 
 class ApiKeyRepository:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncConnection) -> None:
         self.session = session
 
     async def insert(self, **values: Any) -> None:

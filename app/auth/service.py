@@ -14,7 +14,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import ALL_SCOPES
 from app.auth.repository import ApiKeyRepository
@@ -64,7 +64,7 @@ class KeyInfo:
 
 
 class ApiKeyService:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncConnection) -> None:
         self.repo = ApiKeyRepository(session)
 
     async def create(self, tenant_id: str, name: str,

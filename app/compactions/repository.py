@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Row, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compactions.models import Compaction
 
@@ -14,7 +14,7 @@ c = Compaction.__table__
 
 
 class CompactionRepository:
-    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
         self.session = session
         self.tenant_id = tenant_id
 

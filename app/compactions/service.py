@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import Principal
 from app.compactions.repository import CompactionRepository
@@ -67,7 +67,7 @@ def _source_errors(ids: list[str], indexes: list[int], message: str) -> list[dic
 
 
 class CompactionService:
-    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings) -> None:
+    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings) -> None:
         self.session = session
         self.principal = principal
         self.settings = settings

@@ -7,22 +7,22 @@ from typing import Any
 from sqlalchemy import ColumnElement, cast, func, literal
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jsonutil import dumps
 
 
-def dialect_name(session: AsyncSession) -> str:
-    return session.get_bind().dialect.name
+def dialect_name(session: AsyncConnection) -> str:
+    return session.dialect.name
 
 
-def insert_ignoring_conflicts(session: AsyncSession, model: Any, index_elements: list[str]) -> Any:
+def insert_ignoring_conflicts(session: AsyncConnection, model: Any, index_elements: list[str]) -> Any:
     """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either backend."""
     module = postgresql if dialect_name(session) == "postgresql" else sqlite
     return module.insert(model).on_conflict_do_nothing(index_elements=index_elements)
 
 
-def json_contains(session: AsyncSession, column: Any, query: Any) -> ColumnElement[bool]:
+def json_contains(session: AsyncConnection, column: Any, query: Any) -> ColumnElement[bool]:
     """`column @> query` with Postgres jsonb semantics on both backends.
 
     Columns are stored as `json` (which keeps key order); Postgres compares them as jsonb,

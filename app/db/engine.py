@@ -1,23 +1,26 @@
-"""Engine and session factories, built once per application in the lifespan."""
+"""The engine and the connections requests run on, built once per application in the lifespan."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import AbstractAsyncContextManager, nullcontext
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InvalidatePoolError
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings
 
 _LAST_USED = "agentstate_last_used"
+# Where a write transaction queues its audit events (app/events/service.py).
+PENDING_EVENTS = "agentstate_pending_events"
 # Execution option that marks a connection as the write transaction of a request.
 WRITE = "agentstate_write"
 
@@ -116,7 +119,7 @@ def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
 
 
 class Database:
-    """The engine plus session factories; one per running application."""
+    """The engine and the request connections; one per running application."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -124,21 +127,35 @@ class Database:
         # Postgres reads run in autocommit: under READ COMMITTED every statement takes its
         # own snapshot even inside a transaction, so BEGIN/ROLLBACK around a read only cost
         # two round trips. SQLite keeps its deferred transaction: there it pins a snapshot.
-        reads = (self.engine if self.engine.dialect.name == "sqlite"
-                 else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
-        self.read_sessions = async_sessionmaker(reads, expire_on_commit=False, autoflush=False)
-        # Lazily begun like any session, but as BEGIN IMMEDIATE on SQLite.
-        self.write_sessions = async_sessionmaker(
-            self.engine, expire_on_commit=False, autoflush=False,
-            execution_options={WRITE: True},
-        )
+        self._reads = (self.engine if self.engine.dialect.name == "sqlite"
+                       else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        # Begun by the first statement like any connection, but as BEGIN IMMEDIATE on SQLite.
+        self._writes = self.engine.execution_options(**{WRITE: True})
         # SQLite has one writer at a time anyway. Queueing this process's writers on an
         # asyncio lock (first come, first served) instead of SQLite's busy handler, which
         # sleeps and polls with growing back-off, keeps the write latency tail short; other
         # processes still queue on the busy timeout.
         self._write_lock = asyncio.Lock() if self.engine.dialect.name == "sqlite" else None
 
-    def writer(self) -> AbstractAsyncContextManager[object]:
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads. Closing it ends SQLite's read transaction; on Postgres
+        each statement commits by itself."""
+        async with self._reads.connect() as connection:
+            yield connection
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A write transaction, begun by its first statement; the caller commits. Anything
+        not committed (an exception, an early return) is rolled back on the way out, with
+        the events it queued (`connection.info`, which outlives a checkout)."""
+        async with self._writer(), self._writes.connect() as connection:
+            try:
+                yield connection
+            finally:
+                connection.info.pop(PENDING_EVENTS, None)
+
+    def _writer(self) -> AbstractAsyncContextManager[object]:
         """Held around a write transaction: the SQLite write queue, nothing on Postgres."""
         return self._write_lock if self._write_lock is not None else nullcontext()
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from sqlalchemy import ColumnElement, Row, Table, and_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts
@@ -24,7 +24,7 @@ class RevisionedRepository:
     # The columns that, with tenant_id, name one resource (a unique constraint).
     key_columns: ClassVar[tuple[str, ...]]
 
-    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
         self.session = session
         self.tenant_id = tenant_id
 

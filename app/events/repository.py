@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.events.models import Event
 
@@ -13,7 +13,7 @@ e = Event.__table__
 
 
 class EventRepository:
-    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
         self.session = session
         self.tenant_id = tenant_id
 

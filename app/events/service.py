@@ -12,17 +12,17 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select, union_all
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import Principal
 from app.core.errors import InvalidCursor
 from app.core.pagination import decode_cursor, encode_cursor
 from app.db.base import utcnow
+from app.db.engine import PENDING_EVENTS
 from app.events.models import Event
 from app.events.repository import EventRepository
 from app.events.schemas import EventOut, EventPage
 
-_PENDING = "agentstate_pending_events"
 _LOCK_NAMESPACE = 0x61677374  # "agst"
 CURSOR = "events"
 _COLUMNS = ("tenant_id", "actor", "type", "resource", "revision", "thread_id", "at")
@@ -30,7 +30,7 @@ _events = Event.__table__
 
 
 def record(
-    session: AsyncSession,
+    session: AsyncConnection,
     principal: Principal,
     type: str,
     resource: str,
@@ -39,7 +39,7 @@ def record(
     thread_id: str | None = None,
 ) -> None:
     """Queue one event; it is written in this request's transaction, or not at all."""
-    session.info.setdefault(_PENDING, []).append(
+    session.info.setdefault(PENDING_EVENTS, []).append(
         {
             "tenant_id": principal.tenant_id,
             "actor": principal.actor,
@@ -51,13 +51,13 @@ def record(
     )
 
 
-async def flush_events(session: AsyncSession) -> None:
-    pending = session.info.pop(_PENDING, None)
+async def flush_events(session: AsyncConnection) -> None:
+    pending = session.info.pop(PENDING_EVENTS, None)
     if not pending:
         return
     at = utcnow()
     rows = [{**event, "at": at} for event in pending]
-    if session.get_bind().dialect.name != "postgresql":
+    if session.dialect.name != "postgresql":
         # Core, not the ORM bulk path: nothing here needs the identity map.
         await session.execute(insert(_events), rows)
         return
@@ -91,7 +91,7 @@ def _locked_insert(count: int) -> Any:
 
 
 class EventService:
-    def __init__(self, session: AsyncSession, principal: Principal) -> None:
+    def __init__(self, session: AsyncConnection, principal: Principal) -> None:
         self.repo = EventRepository(session, principal.tenant_id)
 
     async def list(self, *, limit: int, cursor: str | None, after: int | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Row, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.revisioned import RevisionedRepository
 from app.mcp_servers.models import McpServer
@@ -32,14 +32,14 @@ class McpServerRepository(RevisionedRepository):
 # Key rotation is an operator's job over every tenant (`agentstate secrets rotate`), the one
 # place where statements are deliberately not scoped by tenant.
 
-async def ciphertexts_after(session: AsyncSession, after_id: int,
+async def ciphertexts_after(session: AsyncConnection, after_id: int,
                             limit: int) -> list[Row[Any]]:
     stmt = (select(m.c.id, m.c.tenant_id, m.c.server_name, m.c.secrets)
             .where(m.c.id > after_id, m.c.secrets.is_not(None)).order_by(m.c.id).limit(limit))
     return list((await session.execute(stmt)).all())
 
 
-async def swap_ciphertext(session: AsyncSession, row_id: int, old: str, new: str) -> bool:
+async def swap_ciphertext(session: AsyncConnection, row_id: int, old: str, new: str) -> bool:
     """Replace a ciphertext only if no write changed it meanwhile (the write's own ciphertext
     is already under the first key). Neither the revision nor updated_at changes: the
     resource itself does not."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from cryptography.fernet import InvalidToken
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import Principal
 from app.core.conditional import Preconditions
@@ -39,7 +39,7 @@ def server_path(server_name: str) -> str:
 
 
 class McpServerService:
-    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings,
+    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings,
                  box: SecretBox | None) -> None:
         self.session = session
         self.principal = principal
@@ -171,7 +171,7 @@ class McpServerService:
         self._event("deleted", server_name, revision)
 
 
-async def rotate_batch(session: AsyncSession, box: SecretBox, after_id: int,
+async def rotate_batch(session: AsyncConnection, box: SecretBox, after_id: int,
                        limit: int) -> tuple[int | None, int, list[str]]:
     """Re-encrypt one batch of stored secrets with the first key (`agentstate secrets rotate`).
 

@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from sqlalchemy import delete, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import IdempotencyInFlight, IdempotencyKeyReused, InvalidHeader
 from app.core.jsonutil import loads_strict
@@ -77,7 +77,7 @@ IdempotencyDep = Annotated[IdempotencyRequest | None, Depends(idempotency_reques
 
 
 class IdempotencyStore:
-    def __init__(self, session: AsyncSession, tenant_id: str, settings: Settings) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str, settings: Settings) -> None:
         self.session = session
         self.tenant_id = tenant_id
         self.ttl = timedelta(hours=settings.idempotency_ttl_hours)

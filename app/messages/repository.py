@@ -18,7 +18,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import MessageExists
 from app.core.ids import new_id
@@ -42,7 +42,7 @@ def _bound(key: Key) -> Any:
 
 
 class MessageRepository:
-    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
         self.session = session
         self.tenant_id = tenant_id
 

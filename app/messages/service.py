@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import Principal
 from app.core.conditional import ETagList
@@ -45,7 +45,7 @@ def expected_revisions(if_match: ETagList | None) -> set[int] | None:
 
 
 class MessageService:
-    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings) -> None:
+    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings) -> None:
         self.session = session
         self.principal = principal
         self.settings = settings

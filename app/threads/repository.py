@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any, Literal
 
 from sqlalchemy import BigInteger, Row, and_, bindparam, delete, insert, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
@@ -57,7 +57,7 @@ def _bump(columns: tuple[str, ...], expected: Expectation, returning: Literal["a
 
 
 class ThreadRepository:
-    def __init__(self, session: AsyncSession, tenant_id: str) -> None:
+    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
         self.session = session
         self.tenant_id = tenant_id
 

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any, NoReturn
 
 from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.dependencies import Principal
 from app.core.conditional import Preconditions, check_preconditions
@@ -47,7 +47,7 @@ def to_out(row: Row[Any]) -> ThreadOut:
 
 
 class ThreadService:
-    def __init__(self, session: AsyncSession, principal: Principal, settings: Settings) -> None:
+    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings) -> None:
         self.session = session
         self.principal = principal
         self.settings = settings
