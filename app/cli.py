@@ -52,18 +52,26 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.keep_alive,
         server_header=False,
     )
-    if args.workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+    run_uvicorn("app.main:serve_app", **options)
+    return 0
+
+
+def run_uvicorn(app: str, **options: Any) -> None:
+    """uvicorn.run, but with a listening socket per worker (see WorkerSocket)."""
+    import uvicorn
+
+    workers = options.get("workers", 1)
+    if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
         from uvicorn.supervisors import Multiprocess
 
-        config = uvicorn.Config("app.main:serve_app", **options)
-        listener = _reuseport_socket(args.host, args.port, WorkerSocket)
+        config = uvicorn.Config(app, **options)
+        listener = _reuseport_socket(config.host, config.port, WorkerSocket)
         logging.getLogger("agentstate.serve").info(
             "listening on %s:%d with %d workers, a socket each (SO_REUSEPORT)",
-            args.host, listener.getsockname()[1], args.workers)
+            config.host, listener.getsockname()[1], workers)
         Multiprocess(config, sockets=[listener]).run()
     else:
-        uvicorn.run("app.main:serve_app", **options)
-    return 0
+        uvicorn.run(app, **options)
 
 
 class WorkerSocket(socket.socket):

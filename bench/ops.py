@@ -165,6 +165,19 @@ class GetThread(Op):
         return "GET", f"/v1/threads/{slot.thread}", None, None
 
 
+class GetThreadRow(GetThread):
+    """The same GET against bench/minimal_app.py's bare one-SELECT endpoint, on the threads
+    the agentstate get_thread run created (same run id)."""
+
+    name = "get_thread_row"
+
+    def thread_id(self, index: int) -> str:
+        return f"bench-{self.run_id}-{GetThread.name}-{index}"
+
+    async def setup(self, conn, index):
+        return Slot(self.thread_id(index))
+
+
 class Compaction(Op):
     """Compact 20 live messages into one summary. Each connection prepares
     `compactions_per_connection` runs of 20 before the clock starts."""
@@ -240,8 +253,8 @@ class Hello(Op):
 
 OPS: dict[str, type[Op]] = {op.name: op for op in (
     CreateThread, StateReplace, AppendOne, AppendBatch, PageRead, GetThread, Compaction,
-    AgentStateReplace, EventsPage, Healthz, Hello,
+    AgentStateReplace, EventsPage, Healthz, Hello, GetThreadRow,
 )}
-SERVER_OPS = [name for name in OPS if name != "hello"]
+SERVER_OPS = [name for name in OPS if name not in ("hello", "get_thread_row")]
 WRITE_OPS = ["create_thread", "state_replace", "append_1", "append_10", "compaction_20",
              "agent_state_replace"]

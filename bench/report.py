@@ -162,4 +162,29 @@ def render(results: dict[str, Any]) -> str:
         need = f"<= {threshold}x" if lower_better else f">= {threshold}x"
         lines.append(f"| {name} | {_fmt(ratio)}{'x' if ratio else ''} | {need} | "
                      f"{'yes' if met else 'no'} |")
+    lines += floors(results)
     return "\n".join(lines) + "\n"
+
+
+def floors(results: dict[str, Any]) -> list[str]:
+    """What the get-thread target is measured against, put in context: the same GET as a bare
+    FastAPI endpoint with one asyncpg SELECT, and agentstate's own stack with no database."""
+    hello = _find(results, "fastapi", "hello", workers=1)
+    floor = _find(results, "fastapi+asyncpg", "get_thread", "postgres", 1)
+    ours = _find(results, "agentstate", "get_thread", "postgres", 1)
+    stack = _find(results, "agentstate", "healthz", "postgres", 1)
+    if not (hello and floor):
+        return []
+    lines = ["", f"Get thread in context (1 worker, Postgres, req/s): minimal FastAPI "
+             f"{_fmt(hello['throughput'])}; a bare FastAPI endpoint doing the one SELECT through "
+             f"asyncpg {_fmt(floor['throughput'])} "
+             f"({_fmt(_ratio(floor['throughput'], hello['throughput']))}x of minimal)"]
+    if stack:
+        lines[-1] += (f"; agentstate's stack with no database (`/healthz`) "
+                      f"{_fmt(stack['throughput'])} "
+                      f"({_fmt(_ratio(stack['throughput'], hello['throughput']))}x)")
+    if ours:
+        lines[-1] += (f"; agentstate get thread {_fmt(ours['throughput'])} "
+                      f"({_fmt(_ratio(ours['throughput'], floor['throughput']))}x of the bare "
+                      "endpoint).")
+    return lines

@@ -138,9 +138,11 @@ def agentstate_server(database_url: str, workers: int) -> Server:
     )
 
 
-def minimal_server(workers: int) -> Server:
+def minimal_server(workers: int, dsn: str | None = None) -> Server:
+    """The minimal FastAPI app; with `dsn`, also its bare one-SELECT get thread."""
     return Server([sys.executable, "-m", "bench.minimal_app", "--port", "{port}",
-                   "--workers", str(workers)], {}, f"minimal-{workers}w")
+                   "--workers", str(workers)], {"AGENTSTATE_BENCH_DSN": dsn} if dsn else {},
+                  f"minimal-{workers}w")
 
 
 async def _admin(sql: str) -> None:
