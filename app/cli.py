@@ -22,8 +22,6 @@ T = TypeVar("T")
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from app.core.logging import configure_logging
 
     settings = Settings()
@@ -40,7 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
             )
             return 2
     configure_logging(settings.log_level, settings.log_format)
-    options: dict[str, Any] = dict(
+    run_uvicorn(
+        "app.main:serve_app",
         factory=True,
         host=args.host,
         port=args.port,
@@ -52,7 +51,6 @@ def _serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.keep_alive,
         server_header=False,
     )
-    run_uvicorn("app.main:serve_app", **options)
     return 0
 
 

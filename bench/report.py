@@ -175,10 +175,10 @@ def floors(results: dict[str, Any]) -> list[str]:
     stack = _find(results, "agentstate", "healthz", "postgres", 1)
     if not (hello and floor):
         return []
-    lines = ["", f"Get thread in context (1 worker, Postgres, req/s): minimal FastAPI "
-             f"{_fmt(hello['throughput'])}; a bare FastAPI endpoint doing the one SELECT through "
-             f"asyncpg {_fmt(floor['throughput'])} "
-             f"({_fmt(_ratio(floor['throughput'], hello['throughput']))}x of minimal)"]
+    lines = ["", (f"Get thread in context (1 worker, Postgres, req/s): minimal FastAPI "
+                  f"{_fmt(hello['throughput'])}; a bare FastAPI endpoint doing the one SELECT "
+                  f"through asyncpg {_fmt(floor['throughput'])} "
+                  f"({_fmt(_ratio(floor['throughput'], hello['throughput']))}x of minimal)")]
     if stack:
         lines[-1] += (f"; agentstate's stack with no database (`/healthz`) "
                       f"{_fmt(stack['throughput'])} "

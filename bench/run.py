@@ -153,7 +153,8 @@ def run_backend(args: argparse.Namespace, backend: str, results: dict[str, Any],
                                                 **load(args, server, op, f"{run_id}{workers}")})
         if backend == "postgres" and "sql" not in args.skips:
             dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-            if "get_thread" in args.op_names and 1 in args.worker_counts and "load" not in args.skips:
+            floor = "get_thread" in args.op_names and 1 in args.worker_counts
+            if floor and "load" not in args.skips:
                 log("FastAPI + asyncpg floor for get thread")
                 with minimal_server(1, dsn) as server:  # the 1-worker get_thread run's threads
                     results["load"].append({"target": "fastapi+asyncpg", "backend": backend,

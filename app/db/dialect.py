@@ -16,7 +16,8 @@ def dialect_name(session: AsyncConnection) -> str:
     return session.dialect.name
 
 
-def insert_ignoring_conflicts(session: AsyncConnection, model: Any, index_elements: list[str]) -> Any:
+def insert_ignoring_conflicts(session: AsyncConnection, model: Any,
+                              index_elements: list[str]) -> Any:
     """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either backend."""
     module = postgresql if dialect_name(session) == "postgresql" else sqlite
     return module.insert(model).on_conflict_do_nothing(index_elements=index_elements)

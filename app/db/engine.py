@@ -70,15 +70,15 @@ def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float) -> None:
     failover). As with pre-ping, a connection that fails either check discards the pool's
     older connections and the checkout retries on a new one.
     """
-    pool = engine.sync_engine
+    sync_engine = engine.sync_engine
 
-    @event.listens_for(pool, "connect")
-    @event.listens_for(pool, "checkin")
+    @event.listens_for(sync_engine, "connect")
+    @event.listens_for(sync_engine, "checkin")
     def _used(_dbapi_connection: Any, record: Any) -> None:
         if record is not None:
             record.info[_LAST_USED] = time.monotonic()
 
-    @event.listens_for(pool, "checkout")
+    @event.listens_for(sync_engine, "checkout")
     def _ping(_dbapi_connection: Any, record: Any, proxy: Any) -> None:
         driver = proxy.driver_connection
         if driver.is_closed():

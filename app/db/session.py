@@ -15,7 +15,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.auth.dependencies import Principal, current_principal
 from app.events.service import flush_events
 
-
 # Both depend on the caller being authenticated first (FastAPI resolves `current_principal`
 # once per request): looking a key up may take a connection of its own, and requests holding
 # theirs while they wait for it would empty the pool (50 first uses of one key did).

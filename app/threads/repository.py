@@ -38,7 +38,8 @@ def _expectation(expected: Collection[int] | None) -> Expectation:
 
 
 @cache
-def _bump(columns: tuple[str, ...], expected: Expectation, returning: Literal["all", "keys"]) -> Any:
+def _bump(columns: tuple[str, ...], expected: Expectation,
+          returning: Literal["all", "keys"]) -> Any:
     """UPDATE of a live thread: revision + 1, `columns` and the message counters set from
     parameters, guarded by the expected revision(s)."""
     stmt = update(t).where(_KEY, t.c.deleted_at.is_(None))
