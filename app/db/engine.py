@@ -147,13 +147,13 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction, begun by its first statement; the caller commits. Anything
-        not committed (an exception, an early return) is rolled back on the way out, with
-        the events it queued (`connection.info`, which outlives a checkout)."""
+        not committed (an exception, an early return) is rolled back on the way out."""
         async with self._writer(), self._writes.connect() as connection:
-            try:
-                yield connection
-            finally:
-                connection.info.pop(PENDING_EVENTS, None)
+            # Events are queued in `connection.info`, which outlives a checkout: drop any
+            # left by a transaction that failed on this connection before (not on the way
+            # out, where a broken connection would raise instead of the original error).
+            connection.info.pop(PENDING_EVENTS, None)
+            yield connection
 
     def _writer(self) -> AbstractAsyncContextManager[object]:
         """Held around a write transaction: the SQLite write queue, nothing on Postgres."""
