@@ -14,14 +14,16 @@ from tests.support import ADMIN_URL
 pytestmark = pytest.mark.anyio
 
 
-async def _terminate_backends(database: str) -> int:
+async def _terminate_backends(database: str, *, waiting_only: bool = False) -> int:
+    """Kill the database's other backends (with `waiting_only`, those waiting on a lock)."""
     url = make_url(ADMIN_URL)
     admin = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
                                   password=url.password, database=url.database or "postgres")
     try:
         return int(await admin.fetchval(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = $1 AND pid <> pg_backend_pid()", database))
+            "WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = 'agentstate' "
+            "AND ($2 = false OR wait_event_type = 'Lock')", database, waiting_only))
     finally:
         await admin.close()
 
@@ -44,3 +46,27 @@ async def test_requests_survive_connections_killed_by_the_database(
                              headers={"If-Match": '"1"'})
     assert write.status_code == 200, write.text
     assert write.json()["state"] == {"after": "outage"}
+
+
+async def test_a_write_whose_connection_dies_mid_transaction_answers_503(
+    client: httpx.AsyncClient, backend: str, database_url: str, uid: str
+) -> None:
+    """The backend is killed while the write waits inside its transaction: the client gets a
+    503 with Retry-After (never a 500), nothing of the write is stored, and the next write
+    on the same server succeeds."""
+    if backend != "postgres":
+        pytest.skip("only Postgres can drop a connection from the other side")
+    from tests.test_shutdown import write_lock
+
+    database = make_url(database_url).database
+    async with write_lock(database_url):
+        write = asyncio.create_task(client.post("/v1/threads", json={"thread_id": uid}))
+        await asyncio.sleep(0.5)  # the INSERT waits for the table lock, inside its transaction
+        assert not write.done()
+        assert await _terminate_backends(database, waiting_only=True) == 1
+        response = await write
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "Retry-After" in response.headers
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+    assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
