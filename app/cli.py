@@ -8,8 +8,10 @@ import ipaddress
 import json
 import logging
 import os
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -62,12 +64,20 @@ def run_uvicorn(app: str, **options: Any) -> None:
     if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
         from uvicorn.supervisors import Multiprocess
 
+        from app.core.metrics import MULTIPROCESS_DIR
+
         config = uvicorn.Config(app, **options)
         listener = _reuseport_socket(config.host, config.port, WorkerSocket)
         logging.getLogger("agentstate.serve").info(
             "listening on %s:%d with %d workers, a socket each (SO_REUSEPORT)",
             config.host, listener.getsockname()[1], workers)
-        Multiprocess(config, sockets=[listener]).run()
+        # The workers' metrics, summed by whichever worker a scrape reaches (app/core/metrics.py).
+        metrics_dir = tempfile.mkdtemp(prefix="agentstate-metrics-")
+        os.environ[MULTIPROCESS_DIR] = metrics_dir
+        try:
+            Multiprocess(config, sockets=[listener]).run()
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     else:
         uvicorn.run(app, **options)
 

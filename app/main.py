@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings)
         install_tenant_guard(db.engine)
+        metrics.watch_pool(db.engine)
         try:
             if settings.should_auto_migrate:
                 await migrate.upgrade(db.engine)
@@ -54,6 +55,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await db.dispose()
+            metrics.close()
 
     app = FastAPI(
         title="agentstate",
@@ -71,7 +73,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
-    metrics.watch_pool(lambda: app.state.db.pool_checked_out() if hasattr(app.state, "db") else 0)
     install_handlers(app, settings.retry_after_seconds)
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth)
     for router in ROUTERS:

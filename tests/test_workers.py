@@ -7,10 +7,12 @@ than its share stays the bottleneck for as long as those clients live.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support import ServerProcess
@@ -72,3 +74,30 @@ def test_keep_alive_connections_are_spread_over_the_workers(database_url: str) -
     # The kernel hashes each connection to a worker: 64 coin flips, so a worker below 16
     # (four standard deviations from 32) would mean the connections are not being spread.
     assert min(counts) >= 16, counts
+
+
+def test_metrics_count_the_requests_of_every_worker(database_url: str) -> None:
+    """Whichever worker a scrape reaches, /metrics counts what all of them served."""
+    served = 40
+    line = re.compile(r'^agentstate_http_requests_total\{method="GET",route="/healthz",'
+                      r'status="200"\} (\S+)$', re.MULTILINE)
+    with ServerProcess(database_url, args=("--workers", "2")) as server:
+        deadline = time.monotonic() + 30
+        while len(sockets_on(server.port, "0A")) < 2:
+            assert time.monotonic() < deadline, "the workers never listened"
+            time.sleep(0.05)
+
+        def healthz_count() -> float:
+            match = line.search(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+            assert match, "no /healthz counter in /metrics"
+            return float(match.group(1))
+
+        before = healthz_count()  # ServerProcess polled /healthz until the server was up
+        # A new connection per request, so the kernel spreads them over both workers.
+        for _ in range(served):
+            assert httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
+        counts = {healthz_count() - before for _ in range(10)}
+        in_use = re.search(r"^agentstate_db_pool_in_use (\S+)$",
+                           httpx.get(f"{server.base_url}/metrics", timeout=10).text, re.MULTILINE)
+    assert counts == {served}, counts
+    assert in_use and float(in_use.group(1)) == 0

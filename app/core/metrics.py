@@ -1,27 +1,26 @@
-"""Prometheus metrics, one registry per application (no import-time globals)."""
+"""Prometheus metrics, one registry per application (no import-time globals).
+
+Under `agentstate serve --workers N` the supervisor points PROMETHEUS_MULTIPROC_DIR at a
+directory of its own (app/cli.py), prometheus_client keeps every worker's values in files
+there, and `/metrics` answers from all of them, whichever worker the scrape reaches.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import os
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-
-class _PoolCollector(Collector):
-    def __init__(self, checked_out: Callable[[], int]) -> None:
-        self._checked_out = checked_out
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        yield GaugeMetricFamily(
-            "agentstate_db_pool_in_use", "Database connections checked out of the pool.",
-            value=self._checked_out(),
-        )
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
 class Metrics:
     def __init__(self) -> None:
+        self.multiprocess = MULTIPROCESS_DIR in os.environ
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "agentstate_http_requests", "HTTP requests by route and status.",
@@ -36,6 +35,31 @@ class Metrics:
             "agentstate_precondition_failures", "412 answers (lost optimistic races) by route.",
             ["route"], registry=self.registry,
         )
+        self.pool_in_use = Gauge(
+            "agentstate_db_pool_in_use", "Database connections checked out of the pool.",
+            registry=self.registry, multiprocess_mode="livesum",
+        )
 
-    def watch_pool(self, checked_out: Callable[[], int]) -> None:
-        self.registry.register(_PoolCollector(checked_out))
+    def watch_pool(self, engine: AsyncEngine) -> None:
+        """Count checkouts and checkins (registered after the pre-ping, so a checkout that
+        fails its ping and is retried is counted once)."""
+
+        @event.listens_for(engine.sync_engine, "checkout")
+        def _out(*_: Any) -> None:
+            self.pool_in_use.inc()
+
+        @event.listens_for(engine.sync_engine, "checkin")
+        def _in(*_: Any) -> None:
+            self.pool_in_use.dec()
+
+    def exposition(self) -> bytes:
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        return generate_latest(merged)
+
+    def close(self) -> None:
+        """This worker's live values (the pool gauge) leave the sum when it stops."""
+        if self.multiprocess:
+            mark_process_dead(os.getpid())

@@ -165,8 +165,3 @@ class Database:
 
     async def dispose(self) -> None:
         await self.engine.dispose()
-
-    def pool_checked_out(self) -> int:
-        pool = self.engine.pool
-        checked_out = getattr(pool, "checkedout", None)
-        return int(checked_out()) if callable(checked_out) else 0

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
+
 from app.core.problems import responses
 from app.ops.service import check_ready
 
@@ -35,5 +36,4 @@ async def readyz(request: Request) -> Readiness:
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics")
 async def metrics(request: Request) -> Response:
-    return Response(generate_latest(request.app.state.metrics.registry),
-                    media_type=CONTENT_TYPE_LATEST)
+    return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
