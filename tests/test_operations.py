@@ -184,3 +184,40 @@ def test_logs_are_json_lines_with_request_ids_and_no_bodies(database_url: str, u
     assert any(r.get("request_id") == f"req-{uid}" and r["status"] == 201 for r in access)
     assert all(r["route"] != "unmatched" for r in access)
     assert marker not in server.logs(), "bodies, headers and query strings are never logged"
+
+
+async def test_a_database_out_of_connections_is_503(database_url: str, backend: str,
+                                                     uid: str) -> None:
+    """Postgres refusing a connection (SQLSTATE 53300, too many connections) is the database
+    being unavailable, like an outage: 503 with Retry-After, not an internal error."""
+    if backend != "postgres":
+        pytest.skip("a connection limit is a Postgres setting")
+    import asyncpg
+
+    url = make_url(database_url)
+    role = f"limited_{uid}"
+    admin = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
+                                  password=url.password, database=url.database)
+    # Superusers ignore connection limits, so the server logs in as a role allowed one.
+    await admin.execute(f'CREATE ROLE "{role}" LOGIN CONNECTION LIMIT 1')
+    await admin.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA public TO "{role}"')
+    limited = url.set(username=role, password=None)
+    held = await asyncpg.connect(host=url.host, port=url.port or 5432, user=role,
+                                 database=url.database)  # the role's one connection
+    try:
+        app = create_app(Settings(database_url=limited.render_as_string(hide_password=False),
+                                  _env_file=None))  # type: ignore[call-arg]
+        async with app.router.lifespan_context(app), httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            refused = await client.get(f"/v1/threads/{uid}")
+            assert refused.status_code == 503, refused.text
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json()["code"] == "database_unavailable"
+            assert int(refused.headers["retry-after"]) >= 1
+            await held.close()  # the slot is free again
+            assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+    finally:
+        await held.close()
+        await admin.execute(f'DROP OWNED BY "{role}"')
+        await admin.execute(f'DROP ROLE "{role}"')
+        await admin.close()

@@ -21,6 +21,11 @@ from app.core.errors import (
     problem_from_status,
 )
 
+# Postgres SQLSTATE classes that mean "the database cannot serve this now", not a bug: 08
+# connection exceptions, 53 insufficient resources (too many connections, disk full, out of
+# memory) and 57P operator intervention (shutting down, starting up).
+_UNAVAILABLE = ("08", "53", "57P")
+
 log = logging.getLogger("agentstate.errors")
 PROBLEM_JSON = "application/problem+json"
 
@@ -143,7 +148,8 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
 
     async def dbapi_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, DBAPIError)
-        if exc.connection_invalidated:
+        sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
+        if exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE):
             return await database_error(request, exc)
         return await unexpected(request, exc)
 
