@@ -216,39 +216,33 @@ class AgentStateReplace(StateReplace):
         return slot
 
 
-class EventsPage(Op):
-    name = "events_page"
+class FixedGet(Op):
+    """A GET of one path that needs no thread."""
+
+    path = ""
 
     async def setup(self, conn, index):
         return Slot("")
 
     def build(self, slot):
-        return "GET", "/v1/events?limit=100", None, None
+        return "GET", self.path, None, None
 
 
-class Healthz(Op):
+class EventsPage(FixedGet):
+    name, path = "events_page", "/v1/events?limit=100"
+
+
+class Healthz(FixedGet):
     """agentstate's own HTTP stack with no database and no key (request ids, access log,
     metrics, body limits, routing): the most any agentstate endpoint can reach."""
 
-    name = "healthz"
-
-    async def setup(self, conn, index):
-        return Slot("")
-
-    def build(self, slot):
-        return "GET", "/healthz", None, None
+    name, path = "healthz", "/healthz"
 
 
-class Hello(Op):
+class Hello(FixedGet):
     """Baseline (b): the minimal FastAPI endpoint in bench/minimal_app.py."""
 
-    name = "hello"
-
-    async def setup(self, conn, index):
-        return Slot("")
-
-    def build(self, slot):
-        return "GET", "/hello", None, None
+    name, path = "hello", "/hello"
 
 
 OPS: dict[str, type[Op]] = {op.name: op for op in (
