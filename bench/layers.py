@@ -21,19 +21,13 @@ import asyncpg
 from sqlalchemy.engine import make_url
 
 from app.auth.authenticator import OPEN
-from app.core.jsonutil import dumps
 from app.core.settings import Settings
-from app.db.base import utcnow
 from app.db.engine import Database
 from app.events.service import flush_events, record
 from app.threads.repository import ThreadRepository
 from bench.ops import run_state
 from bench.server import create_postgres_database, drop_postgres_database, migrate
-from bench.sqlbaseline import EVENT_INSERT
-
-UPDATE = ("UPDATE threads SET revision = revision + 1, updated_at = $1, state = $2::json, "
-          "last_seq = last_seq + 0, message_count = message_count + 0 WHERE tenant_id = $3 "
-          "AND thread_id = $4 AND deleted_at IS NULL RETURNING *")
+from bench.sqlbaseline import Slot, create_thread, op_state_replace
 
 
 async def cpu_per_call(call: Callable[[], Awaitable[Any]], n: int) -> float:
@@ -46,29 +40,29 @@ async def cpu_per_call(call: Callable[[], Awaitable[Any]], n: int) -> float:
 
 
 async def measure(url: str, n: int) -> dict[str, Any]:
+    """Each side replaces the state of its own thread with If-Match, as `PUT` does; the
+    asyncpg side is baseline (a)'s own transaction (bench/sqlbaseline.py)."""
     db = Database(Settings(database_url=url))
-    thread = f"layers-{time.time_ns()}"
-    async with db.write() as session:
-        await ThreadRepository(session, OPEN.tenant_id).insert(thread, {}, {}, utcnow())
-        await session.commit()
+    raw = await asyncpg.connect(make_url(url).set(drivername="postgresql")
+                                .render_as_string(hide_password=False))
+    ours, theirs = (Slot(f"layers-{time.time_ns()}-{side}") for side in ("sqlalchemy", "asyncpg"))
+    async with raw.transaction():
+        for slot in (ours, theirs):
+            slot.revision = await create_thread(raw, slot.thread, run_state(0))
 
     async def through_sqlalchemy() -> None:
         async with db.write() as session:
             row = await ThreadRepository(session, OPEN.tenant_id).update(
-                thread, {"state": run_state(1)})
-            record(session, OPEN, "thread.updated", f"/v1/threads/{thread}",
-                   revision=row.revision, thread_id=thread)
+                ours.thread, {"state": run_state(ours.counter)}, [ours.revision])
+            record(session, OPEN, "thread.updated", f"/v1/threads/{ours.thread}",
+                   revision=row.revision, thread_id=ours.thread)
             await flush_events(session)
             await session.commit()
-
-    raw = await asyncpg.connect(make_url(url).set(drivername="postgresql")
-                                .render_as_string(hide_password=False))
+        ours.revision, ours.counter = row.revision, ours.counter + 1
 
     async def through_asyncpg() -> None:
-        async with raw.transaction():
-            row = await raw.fetchrow(UPDATE, utcnow(), dumps(run_state(1)), OPEN.tenant_id, thread)
-            await raw.execute(EVENT_INSERT, OPEN.tenant_id, OPEN.actor, "thread.updated",
-                              f"/v1/threads/{thread}", row["revision"], thread, utcnow())
+        await op_state_replace(raw, theirs)
+        theirs.counter += 1
 
     try:
         sqlalchemy_us = await cpu_per_call(through_sqlalchemy, n)
