@@ -62,9 +62,6 @@ class ThreadRepository:
         self.session = session
         self.tenant_id = tenant_id
 
-    def _key(self, thread_id: str) -> Any:
-        return and_(t.c.tenant_id == self.tenant_id, t.c.thread_id == thread_id)
-
     async def get(self, thread_id: str, lock: Lock = None) -> Row[Any] | None:
         """The row (live or tombstone). `lock` takes a row lock on Postgres; SQLite's write
         transactions are serialised by BEGIN IMMEDIATE already."""
@@ -96,12 +93,12 @@ class ThreadRepository:
         """Start a tombstoned id afresh; its revision continues after the deletion's."""
         stmt = (
             update(t)
-            .where(self._key(thread_id), t.c.deleted_at.is_not(None))
+            .where(_KEY, t.c.deleted_at.is_not(None))
             .values(revision=t.c.revision + 1, state=state, metadata=meta, created_at=now,
                     updated_at=now, deleted_at=None, last_seq=messages, message_count=messages)
             .returning(*t.c)
         )
-        return (await self.session.execute(stmt)).first()
+        return (await self.session.execute(stmt, self._params(thread_id))).first()
 
     async def update(self, thread_id: str, values: dict[str, Any],
                      expected: Collection[int] | None = None, *, seqs: int = 0,
@@ -127,7 +124,7 @@ class ThreadRepository:
     async def _bump_row(self, stmt: Any, thread_id: str, values: dict[str, Any],
                         expected: Collection[int] | None, seqs: int,
                         live_delta: int) -> Row[Any] | None:
-        params = {"tenant": self.tenant_id, "thread": thread_id, "now": utcnow(), "seqs": seqs,
+        params = {**self._params(thread_id), "now": utcnow(), "seqs": seqs,
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
@@ -138,8 +135,9 @@ class ThreadRepository:
         tombstone that took one revision. Returns the tombstone's revision."""
         gone = await self.session.execute(
             delete(t)
-            .where(self._key(thread_id), t.c.deleted_at.is_(None), t.c.revision == revision)
-            .returning(t.c.revision)
+            .where(_KEY, t.c.deleted_at.is_(None), t.c.revision == revision)
+            .returning(t.c.revision),
+            self._params(thread_id),
         )
         if gone.first() is None:
             return None
