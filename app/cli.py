@@ -161,7 +161,8 @@ async def _rotate(settings: Settings, box: SecretBox) -> tuple[int, list[str]]:
     from app.mcp_servers.service import rotate_batch
 
     db = Database(settings)
-    rotated, unreadable, after = 0, [], 0
+    rotated, after = 0, 0
+    unreadable: list[str] = []
     try:
         while True:
             # A transaction per batch: rotation is idempotent, so an interrupted run is

@@ -14,13 +14,13 @@ from app.auth.tenancy import install_tenant_guard
 from app.compactions.router import router as compactions_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
-from app.core.middleware import install_middleware
-from app.core.problems import install_handlers
 from app.core.secretbox import load_secret_box
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
 from app.events.router import router as events_router
+from app.http.middleware import install_middleware
+from app.http.problems import install_handlers
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router

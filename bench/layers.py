@@ -23,7 +23,8 @@ from sqlalchemy.engine import make_url
 from app.auth.authenticator import OPEN
 from app.core.settings import Settings
 from app.db.engine import Database
-from app.events.service import flush_events, record
+from app.db.unit import UnitOfWork
+from app.events.repository import EventRepository
 from app.threads.repository import ThreadRepository
 from bench.ops import run_state
 from bench.server import create_postgres_database, drop_postgres_database, migrate
@@ -51,13 +52,14 @@ async def measure(url: str, n: int) -> dict[str, Any]:
             slot.revision = await create_thread(raw, slot.thread, run_state(0))
 
     async def through_sqlalchemy() -> None:
-        async with db.write() as session:
-            row = await ThreadRepository(session, OPEN.tenant_id).update(
-                ours.thread, {"state": run_state(ours.counter)}, [ours.revision])
-            record(session, OPEN, "thread.updated", f"/v1/threads/{ours.thread}",
-                   revision=row.revision, thread_id=ours.thread)
-            await flush_events(session)
-            await session.commit()
+        async with db.write() as connection:
+            uow = UnitOfWork(connection, OPEN)
+            row = await ThreadRepository(connection, OPEN.tenant_id).advance(
+                ours.thread, values={"state": run_state(ours.counter)}, expected=[ours.revision])
+            uow.record("thread.updated", f"/v1/threads/{ours.thread}", revision=row.revision,
+                       thread_id=ours.thread)
+            await EventRepository(connection, OPEN.tenant_id).append(OPEN.actor, uow.events)
+            await connection.commit()
         ours.revision, ours.counter = row.revision, ours.counter + 1
 
     async def through_asyncpg() -> None:

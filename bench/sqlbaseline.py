@@ -65,7 +65,7 @@ async def op_create_thread(conn: asyncpg.Connection, slot: Slot) -> None:
 
 
 async def op_state_replace(conn: asyncpg.Connection, slot: Slot, lock: bool = True) -> None:
-    """PUT /v1/threads/{id} with If-Match: ThreadRepository.update, then the event."""
+    """PUT /v1/threads/{id} with If-Match: ThreadRepository.advance, then the event."""
     async with conn.transaction():
         row = await conn.fetchrow(
             "UPDATE threads SET revision = revision + 1, state = $2::json, updated_at = $1, "

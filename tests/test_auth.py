@@ -17,12 +17,11 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, or_, select, update
 
-from app.auth.dependencies import ReadAccess, WriteAccess
 from app.auth.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.cli import is_loopback
 from app.core.settings import Settings
-from app.db.session import ReadSession, WriteSession
 from app.events.models import Event
+from app.http.dependencies import Reader, Writer
 from app.main import create_app
 from app.threads.models import Thread
 from tests.conftest import migrated_database
@@ -301,17 +300,17 @@ async def test_guard_stops_unscoped_statements_in_requests(app: FastAPI, uid: st
                                base_url="http://agentstate.test")
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
 
-    async def careless_read(session: ReadSession, _: ReadAccess) -> dict:
-        rows = await session.execute(select(t.c.revision).where(t.c.thread_id == uid))
+    async def careless_read(uow: Reader) -> dict:
+        rows = await uow.connection.execute(select(t.c.revision).where(t.c.thread_id == uid))
         return {"revisions": list(rows.scalars())}
 
-    async def careless_write(session: WriteSession, _: WriteAccess) -> dict:
-        await session.execute(update(t).where(t.c.thread_id == uid).values(revision=99))
+    async def careless_write(uow: Writer) -> dict:
+        await uow.connection.execute(update(t).where(t.c.thread_id == uid).values(revision=99))
         return {}
 
-    async def deliberate(session: ReadSession, _: ReadAccess) -> dict:
+    async def deliberate(uow: Reader) -> dict:
         statement = cross_tenant(select(t.c.tenant_id).where(t.c.thread_id == uid))
-        rows = await session.execute(statement)
+        rows = await uow.connection.execute(statement)
         return {"tenants": list(rows.scalars())}
 
     app.add_api_route(f"/v1/careless-read-{uid}", careless_read)

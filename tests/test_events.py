@@ -180,20 +180,21 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
     not committed, while B writes and commits. B must wait for A, so no reader ever sees
     B's seq without A's. Without the per-tenant lock B commits first, the poller's cursor
     moves past A's seq, and A's event is never seen."""
-    from app.auth.dependencies import ANONYMOUS, OPEN_TENANT, Principal
-    from app.events.service import flush_events, record
+    from app.auth.principal import ANONYMOUS, OPEN_TENANT, Principal
+    from app.db.unit import UnitOfWork
+    from app.events.repository import EventRepository
 
     principal = Principal(OPEN_TENANT, ANONYMOUS, frozenset())
     _, start = await drain(client)
 
     async def write(name: str, hold: asyncio.Event | None = None) -> None:
-        async with app.state.db.write() as session:
-            record(session, principal, "thread.updated", f"/v1/threads/{name}", revision=1,
-                   thread_id=name)
-            await flush_events(session)
+        async with app.state.db.write() as connection:
+            uow = UnitOfWork(connection, principal)
+            uow.record("thread.updated", f"/v1/threads/{name}", revision=1, thread_id=name)
+            await EventRepository(connection, OPEN_TENANT).append(ANONYMOUS, uow.events)
             if hold is not None:
                 await hold.wait()
-            await session.commit()
+            await connection.commit()
 
     release = asyncio.Event()
     first = asyncio.create_task(write(f"a-{uid}", release))

@@ -163,7 +163,7 @@ async def test_keys_expire_after_the_ttl(client: httpx.AsyncClient, uid: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from datetime import timedelta
 
-    from app.messages import idempotency
+    from app.idempotency import service as idempotency
 
     url = f"/v1/threads/{uid}/messages"
     first = await client.post(url, json=BODY, headers={"Idempotency-Key": "old"})

@@ -15,10 +15,11 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.auth.dependencies import Principal, current_principal
+from app.auth.principal import Principal
 from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db.engine import Database
+from app.http.dependencies import current_principal
 from app.main import create_app
 from tests.conftest import migrated_database
 from tests.support import ServerProcess, agentstate, drain

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, select, tuple_
+from sqlalchemy import select, tuple_
 
 from app.agent_states.models import AgentState
+from app.db.base import AnyRow, table
 from app.db.dialect import json_contains
 from app.db.revisioned import RevisionedRepository
 
 
 class AgentStateRepository(RevisionedRepository):
-    table = AgentState.__table__
+    table = table(AgentState)
     key_columns = ("thread_id", "agent_name")
 
-    async def list(self, *, limit: int, after: tuple[str, str] | None, thread_id: str | None,
-                   agent_name: str | None, state_contains: dict[str, Any] | None) -> list[Row[Any]]:
+    async def page(self, *, limit: int, after: tuple[str, ...] | None, thread_id: str | None,
+                   agent_name: str | None, state_contains: dict[str, Any] | None) -> list[AnyRow]:
         """Live agent states in (thread_id, agent_name) order, keyset-paged on that pair."""
         t = self.table
         stmt = select(t).where(self._live())
@@ -25,8 +26,8 @@ class AgentStateRepository(RevisionedRepository):
         if agent_name is not None:
             stmt = stmt.where(t.c.agent_name == agent_name)
         if state_contains:
-            stmt = stmt.where(json_contains(self.session, t.c.state, state_contains))
+            stmt = stmt.where(json_contains(self.connection, t.c.state, state_contains))
         if after is not None:
             stmt = stmt.where(tuple_(t.c.thread_id, t.c.agent_name) > tuple_(*after))
         stmt = stmt.order_by(t.c.thread_id, t.c.agent_name).limit(limit)
-        return list((await self.session.execute(stmt)).all())
+        return list((await self.connection.execute(stmt)).all())

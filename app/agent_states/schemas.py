@@ -1,8 +1,6 @@
 from __future__ import annotations
 
-from pydantic import BaseModel
-
-from app.core.schemas import JsonObject, Strict, Timestamp
+from app.core.schemas import JsonObject, RowModel, Strict, Timestamp
 
 
 class AgentStateReplace(Strict):
@@ -15,7 +13,7 @@ class AgentStatePatch(Strict):
     state: JsonObject | None = None
 
 
-class AgentStateOut(BaseModel):
+class AgentStateOut(RowModel):
     thread_id: str
     agent_name: str
     revision: int

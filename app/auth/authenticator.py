@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.auth.dependencies import ALL_SCOPES, ANONYMOUS, OPEN_TENANT, Principal
+from app.auth.principal import ALL_SCOPES, ANONYMOUS, OPEN_TENANT, Principal
 from app.auth.repository import ApiKeyRepository
 from app.auth.service import key_id_of, token_hash
 from app.core.errors import Unauthorized
@@ -57,7 +57,8 @@ class Authenticator:
             raise Unauthorized("The API key is not valid.")
         if key.revoked:
             raise Unauthorized("The API key was revoked.")
-        return key.principal
+        principal: Principal = key.principal
+        return principal
 
     async def _cached(self, name: str, load: Callable[[], Awaitable[Any]]) -> Any:
         now = time.monotonic()
@@ -89,13 +90,13 @@ class Authenticator:
 
 
 async def _any_key(db: Database) -> bool:
-    async with db.read() as session:
-        return await ApiKeyRepository(session).any_exist()
+    async with db.read() as connection:
+        return await ApiKeyRepository(connection).any_exist()
 
 
 async def _load(db: Database, key_id: str) -> _Key | None:
-    async with db.read() as session:
-        row = await ApiKeyRepository(session).get(key_id)
+    async with db.read() as connection:
+        row = await ApiKeyRepository(connection).get(key_id)
     if row is None:
         return None
     scopes = frozenset(row.scopes.split(","))

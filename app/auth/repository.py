@@ -6,37 +6,38 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.models import ApiKey
+from app.db.base import AnyRow, table
 
-k = ApiKey.__table__
+k = table(ApiKey)
 
 
 class ApiKeyRepository:
-    def __init__(self, session: AsyncConnection) -> None:
-        self.session = session
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
 
     async def insert(self, **values: Any) -> None:
-        await self.session.execute(insert(k).values(**values))
+        await self.connection.execute(insert(k).values(**values))
 
-    async def get(self, key_id: str) -> Row[Any] | None:
+    async def get(self, key_id: str) -> AnyRow | None:
         stmt = select(k.c.tenant_id, k.c.scopes, k.c.hash, k.c.revoked_at).where(
             k.c.key_id == key_id
         )
-        return (await self.session.execute(stmt)).first()
+        return (await self.connection.execute(stmt)).first()
 
     async def any_exist(self) -> bool:
         """Revoked keys count: revoking the last key must not open the server to everyone."""
-        return (await self.session.execute(select(k.c.id).limit(1))).first() is not None
+        return (await self.connection.execute(select(k.c.id).limit(1))).first() is not None
 
-    async def list(self, tenant_id: str | None) -> list[Row[Any]]:
+    async def list(self, tenant_id: str | None) -> list[AnyRow]:
         stmt = select(k.c.key_id, k.c.tenant_id, k.c.name, k.c.scopes, k.c.created_at,
                       k.c.revoked_at).order_by(k.c.tenant_id, k.c.created_at, k.c.key_id)
         if tenant_id is not None:
             stmt = stmt.where(k.c.tenant_id == tenant_id)
-        return list((await self.session.execute(stmt)).all())
+        return list((await self.connection.execute(stmt)).all())
 
     async def revoke(self, key_id: str, now: datetime) -> bool:
         """Mark a live key revoked; False if there is no such live key."""
@@ -46,4 +47,4 @@ class ApiKeyRepository:
             .values(revoked_at=now)
             .returning(k.c.id)
         )
-        return (await self.session.execute(stmt)).first() is not None
+        return (await self.connection.execute(stmt)).first() is not None

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.auth.dependencies import ALL_SCOPES
+from app.auth.principal import ALL_SCOPES
 from app.auth.repository import ApiKeyRepository
 from app.core.errors import NotFound, Unprocessable
 from app.core.schemas import NAME_PATTERN, NAME_RULE
@@ -64,8 +64,8 @@ class KeyInfo:
 
 
 class ApiKeyService:
-    def __init__(self, session: AsyncConnection) -> None:
-        self.repo = ApiKeyRepository(session)
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.repo = ApiKeyRepository(connection)
 
     async def create(self, tenant_id: str, name: str,
                      scopes: frozenset[str]) -> tuple[KeyInfo, str]:

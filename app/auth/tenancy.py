@@ -51,7 +51,8 @@ class UnscopedQuery(RuntimeError):
 
 def cross_tenant(statement: S) -> S:
     """Mark a statement as deliberately crossing tenants (e.g. expiring old rows)."""
-    return statement.execution_options(**{_OPTION: True})  # type: ignore[attr-defined]
+    marked: S = statement.execution_options(**{_OPTION: True})  # type: ignore[attr-defined]
+    return marked
 
 
 def install_tenant_guard(engine: AsyncEngine) -> None:
@@ -134,7 +135,7 @@ def _column(element: Any) -> tuple[str, bool] | None:
     if isinstance(element, ColumnClause) and element.table is not None and (
         element.name == TENANT or getattr(element, "primary_key", False)
     ):
-        return element.table.name, element.name == TENANT
+        return str(getattr(element.table, "name", "")), element.name == TENANT
     return None
 
 

@@ -1,36 +1,30 @@
 from __future__ import annotations
 
-from typing import Annotated
-
 from fastapi import APIRouter, Request, Response
 
-from app.auth.dependencies import ReadAccess, WriteAccess
 from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
 from app.compactions.service import CompactionService, compaction_path
-from app.core.limits import SettingsDep
-from app.core.pagination import Cursor, Limit, Page, set_next_link
-from app.core.problems import responses
-from app.core.schemas import name_path
-from app.db.session import ReadSession, WriteSession
-from app.messages.idempotency import IdempotencyDep
-from app.messages.router import IfMatch, created
+from app.core.pagination import Page
+from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.idempotency import IdempotencyDep, created
+from app.http.pagination import Cursor, Limit, linked
+from app.http.params import CompactionId, ThreadId
+from app.http.preconditions import ThreadIfMatch
+from app.http.problems import responses
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"])
-
-ThreadId = Annotated[str, name_path("Thread id")]
-CompactionId = Annotated[str, name_path("Compaction id")]
 
 
 @router.post("", status_code=201, response_model=CompactionOut,
              responses=responses(404, 409, 410, 412), summary="Compact a run of messages")
 async def create_compaction(
-    thread_id: ThreadId, body: CompactionIn, session: WriteSession, principal: WriteAccess,
-    settings: SettingsDep, pre: IfMatch, idempotency: IdempotencyDep,
+    thread_id: ThreadId, body: CompactionIn, uow: Writer, settings: SettingsDep,
+    pre: ThreadIfMatch, idempotency: IdempotencyDep,
 ) -> Response:
     """Replaces a contiguous run of live messages with a summary, in one transaction and one
     thread revision. 422 `compaction_not_contiguous`, `message_not_live`, `message_not_found`;
     409 `message_exists` (the summary's id), `idempotency_in_flight`."""
-    out, replayed = await CompactionService(session, principal, settings).create(
+    out, replayed = await CompactionService(uow, settings).create(
         thread_id, body, pre, idempotency
     )
     return created(out, replayed, {"Location": compaction_path(thread_id, out["id"])})
@@ -38,29 +32,25 @@ async def create_compaction(
 
 @router.get("", responses=responses(404), summary="List a thread's compactions, oldest first")
 async def list_compactions(
-    thread_id: ThreadId, request: Request, response: Response, session: ReadSession,
-    principal: ReadAccess, settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+    thread_id: ThreadId, request: Request, response: Response, uow: Reader,
+    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
 ) -> Page[CompactionOut]:
-    data, next_cursor = await CompactionService(session, principal, settings).list(
-        thread_id, limit=limit, cursor=cursor
-    )
-    set_next_link(request, response, next_cursor)
-    return Page(data=data, next_cursor=next_cursor, has_more=next_cursor is not None)
+    page = await CompactionService(uow, settings).list(thread_id, limit=limit, cursor=cursor)
+    return linked(request, response, page)
 
 
 @router.get("/{compaction_id}", responses=responses(404),
             summary="Get a compaction and the messages it replaced")
-async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, session: ReadSession,
-                         principal: ReadAccess, settings: SettingsDep) -> CompactionDetail:
-    return await CompactionService(session, principal, settings).get(thread_id, compaction_id)
+async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Reader,
+                         settings: SettingsDep) -> CompactionDetail:
+    return await CompactionService(uow, settings).get(thread_id, compaction_id)
 
 
 @router.delete("/{compaction_id}", status_code=204,
                responses=responses(404, 409, 410, 412), summary="Revert a compaction")
-async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId,
-                            session: WriteSession, principal: WriteAccess,
-                            settings: SettingsDep, pre: IfMatch) -> Response:
+async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Writer,
+                            settings: SettingsDep, pre: ThreadIfMatch) -> Response:
     """The sources are live again, the summary becomes `reverted`, the record leaves the
     list. 409 `compaction_covered` while a later compaction covers the summary."""
-    await CompactionService(session, principal, settings).revert(thread_id, compaction_id, pre)
+    await CompactionService(uow, settings).revert(thread_id, compaction_id, pre)
     return Response(status_code=204)

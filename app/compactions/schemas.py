@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
@@ -38,6 +38,18 @@ class CompactionOut(BaseModel):
     metadata: JsonObject
     created_at: Timestamp
     thread_revision: int = Field(description="The thread revision the compaction produced.")
+
+    @classmethod
+    def from_row(cls, row: Any, thread_id: str) -> CompactionOut:
+        """From a compaction record, which names its thread by key, not by id."""
+        return cls(
+            id=row.compaction_id, thread_id=thread_id,
+            source_message_ids=row.source_message_ids,
+            summary_message_id=row.summary_message_id, summary_text=row.summary_text,
+            reason=row.reason, model=row.model, input_token_count=row.input_token_count,
+            output_token_count=row.output_token_count, metadata=row.metadata,
+            created_at=row.created_at, thread_revision=row.thread_revision,
+        )
 
 
 class CompactionDetail(CompactionOut):

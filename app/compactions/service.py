@@ -1,42 +1,38 @@
 """Compaction use cases: API.md section 5.
 
-Every write here first takes one revision of the thread with a conditional UPDATE (the same
-statement appends use), so compactions, reverts and appends of one thread are serialised on
-its row and validate a view no one else is changing.
+Every write here first takes one revision of the thread through its aggregate (the same
+conditional UPDATE appends use), so compactions, reverts and appends of one thread are
+serialised on its row and validate a view no one else is changing.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Row
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from app.auth.dependencies import Principal
-from app.compactions.repository import CompactionRepository
-from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
-from app.core.conditional import ETagList
-from app.core.errors import (
+from app.compactions.errors import (
     CompactionCovered,
     CompactionNotContiguous,
-    InvalidCursor,
     MessageNotFound,
     MessageNotLive,
-    NotFound,
 )
+from app.compactions.repository import CompactionRepository
+from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
+from app.core.errors import NotFound
 from app.core.ids import new_id
 from app.core.limits import check_metadata
-from app.core.pagination import decode_cursor, encode_cursor
+from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
+from app.core.revisions import Preconditions
 from app.core.settings import Settings
-from app.db.base import utcnow
-from app.events import service as events
-from app.messages.idempotency import IdempotencyRequest, IdempotencyStore
+from app.db.base import AnyRow, utcnow
+from app.db.unit import UnitOfWork
+from app.idempotency.service import IdempotencyRequest, IdempotencyService
+from app.messages.errors import refuse_taken
 from app.messages.repository import MessageRepository
-from app.messages.schemas import MessageIn
-from app.messages.service import expected_revisions
-from app.messages.service import to_out as message_out
-from app.threads.repository import ThreadRepository
-from app.threads.service import ThreadService, thread_path
+from app.messages.schemas import MessageIn, MessageOut
+from app.threads.aggregate import ThreadAggregate, thread_path
+
+CURSOR = "compactions"
 
 
 def compaction_path(thread_id: str, compaction_id: str) -> str:
@@ -51,57 +47,70 @@ def summary_text(summary: MessageIn) -> str | None:
     return summary.content
 
 
-def to_out(row: Row[Any], thread_id: str) -> CompactionOut:
-    return CompactionOut(
-        id=row.compaction_id, thread_id=thread_id, source_message_ids=row.source_message_ids,
-        summary_message_id=row.summary_message_id, summary_text=row.summary_text,
-        reason=row.reason, model=row.model, input_token_count=row.input_token_count,
-        output_token_count=row.output_token_count, metadata=row.metadata,
-        created_at=row.created_at, thread_revision=row.thread_revision,
-    )
-
-
 def _source_errors(ids: list[str], indexes: list[int], message: str) -> list[dict[str, str]]:
     return [{"pointer": f"/source_message_ids/{i}", "code": "invalid_source",
              "message": f"{ids[i]!r} {message}"} for i in indexes]
 
 
-class CompactionService:
-    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings) -> None:
-        self.session = session
-        self.principal = principal
-        self.settings = settings
-        self.repo = CompactionRepository(session, principal.tenant_id)
-        self.messages = MessageRepository(session, principal.tenant_id)
-        self.threads = ThreadRepository(session, principal.tenant_id)
-        self.thread_service = ThreadService(session, principal, settings)
+def _repeated(ids: list[str]) -> list[int]:
+    """Indexes of ids named earlier in the list."""
+    seen: set[str] = set()
+    repeated = []
+    for index, message_id in enumerate(ids):
+        if message_id in seen:
+            repeated.append(index)
+        seen.add(message_id)
+    return repeated
 
-    async def create(self, thread_id: str, body: CompactionIn, if_match: ETagList | None,
+
+class CompactionService:
+    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+        self.uow = uow
+        self.settings = settings
+        self.repo = CompactionRepository(uow.connection, uow.tenant_id)
+        self.messages = MessageRepository(uow.connection, uow.tenant_id)
+        self.threads = ThreadAggregate(uow, settings)
+
+    async def create(self, thread_id: str, body: CompactionIn, pre: Preconditions,
                      idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
-        """Returns the response body and whether it replays an earlier Idempotency-Key."""
+        """Returns the response body and whether it replays an earlier Idempotency-Key.
+
+        1. Check the body (limits, no source named twice). 2. Answer a replay. 3. Take the
+        thread's next revision: the summary gets the next seq, and the run's messages leave
+        the live count. 4. Check the run under that lock. 5. Write: sources compacted, the
+        summary, the record. 6. Record the event and the idempotency key.
+        """
         check_metadata(body.metadata, self.settings)
         check_metadata(body.summary.metadata, self.settings, "/summary/metadata")
         ids = body.source_message_ids
-        repeated = [i for i, mid in enumerate(ids) if mid in ids[:i]]
+        repeated = _repeated(ids)
         if repeated:
             raise CompactionNotContiguous("A source message is named twice.",
                                           errors=_source_errors(ids, repeated, "is repeated"))
-        keys = IdempotencyStore(self.session, self.principal.tenant_id, self.settings)
-        replay = await keys.begin(thread_id, "compactions", idempotency)
+        keys = IdempotencyService(self.uow, self.settings, "compactions")
+        replay = await keys.begin(thread_id, idempotency)
         if replay is not None:
             return replay.body, True
 
-        # The summary takes the next seq; the run's messages leave the live count.
-        thread = await self.threads.advance(thread_id, seqs=1, live_delta=1 - len(ids),
-                                            expected=expected_revisions(if_match))
-        if thread is None:
-            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
+        thread = await self.threads.advance(thread_id, pre, seqs=1, live_delta=1 - len(ids))
         sources = await self._check_run(thread.id, ids)
-        await self.messages.ensure_new_ids(thread.id, [body.summary.id] if body.summary.id else [])
+        if body.summary.id:
+            refuse_taken(await self.messages.taken_id(thread.id, [body.summary.id]))
+        record = await self._write(thread, sources, body)
+        self.uow.record("compaction.created", compaction_path(thread_id, record.compaction_id),
+                        revision=thread.revision, thread_id=thread_id)
+        out = CompactionOut.from_row(record, thread_id).model_dump(mode="json")
+        await keys.save(thread.id, idempotency, 201, out)
+        return out, False
 
+    async def _write(self, thread: AnyRow, sources: list[AnyRow],
+                     body: CompactionIn) -> SimpleNamespace:
+        """The sources become compacted, the summary is stored where the run stood, and the
+        record is written; returns the record."""
         now = utcnow()
         compaction_id = new_id("cmp")
-        await self.messages.set_status(thread.id, ids, "compacted", compaction_id)
+        await self.messages.set_status(thread.id, body.source_message_ids, "compacted",
+                                       compaction_id)
         # Standing at the position of the run's last message puts the summary exactly where
         # the run stood in the live view, and right after it in the full view.
         summary = self.messages.row(thread.id, body.summary, seq=thread.last_seq,
@@ -110,23 +119,17 @@ class CompactionService:
         await self.messages.insert([summary])
         record = {
             "thread_pk": thread.id, "seq": thread.last_seq, "compaction_id": compaction_id,
-            "source_message_ids": ids, "summary_message_id": summary["message_id"],
+            "source_message_ids": body.source_message_ids,
+            "summary_message_id": summary["message_id"],
             "summary_text": summary_text(body.summary), "reason": body.reason,
             "model": body.model, "input_token_count": body.input_token_count,
             "output_token_count": body.output_token_count, "metadata": body.metadata,
             "created_at": now, "thread_revision": thread.revision,
         }
         await self.repo.insert(record)
-        events.record(self.session, self.principal, "compaction.created",
-                      compaction_path(thread_id, compaction_id), revision=thread.revision,
-                      thread_id=thread_id)
-        out = CompactionOut(id=compaction_id, thread_id=thread_id,
-                            **{k: v for k, v in record.items()
-                               if k in CompactionOut.model_fields}).model_dump(mode="json")
-        await keys.save(thread.id, "compactions", idempotency, 201, out)
-        return out, False
+        return SimpleNamespace(**record)
 
-    async def _check_run(self, thread_pk: int, ids: list[str]) -> list[Row[Any]]:
+    async def _check_run(self, thread_pk: int, ids: list[str]) -> list[AnyRow]:
         """The sources, if they are a contiguous, in-order run of live messages (else 422)."""
         found = await self.messages.by_ids(thread_pk, ids)
         by_id = {row.message_id: row for row in found}
@@ -155,23 +158,15 @@ class CompactionService:
             )
         return found
 
-    async def revert(self, thread_id: str, compaction_id: str, if_match: ETagList | None) -> None:
-        thread_pk = await self.threads.live_pk(thread_id)
-        if thread_pk is None:
-            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
-        record = await self.repo.get(thread_pk, compaction_id)
-        if record is None:
-            raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
+    async def revert(self, thread_id: str, compaction_id: str, pre: Preconditions) -> None:
+        # The record is read twice: first to know how many sources come back into the live
+        # count, then again under the thread's row lock, where a concurrent revert or
+        # compaction may have committed since the first read.
+        thread_pk = await self.threads.write_target(thread_id, pre)
+        record = await self._record(thread_pk, thread_id, compaction_id)
         sources = record.source_message_ids
-        locked = await self.threads.advance(thread_id, seqs=0, live_delta=len(sources) - 1,
-                                            expected=expected_revisions(if_match))
-        if locked is None:
-            await self.thread_service.refuse_write(thread_id, if_match_sent=if_match is not None)
-        # Read again under the thread's row lock: a concurrent revert or compaction may have
-        # committed since the first read.
-        record = await self.repo.get(locked.id, compaction_id)
-        if record is None:
-            raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
+        locked = await self.threads.advance(thread_id, pre, live_delta=len(sources) - 1)
+        record = await self._record(locked.id, thread_id, compaction_id)
         summary = await self.messages.get(locked.id, record.summary_message_id)
         if summary is None or summary.status != "live":
             raise CompactionCovered(
@@ -181,27 +176,29 @@ class CompactionService:
         await self.messages.set_status(locked.id, sources, "live", None)
         await self.messages.set_status(locked.id, [record.summary_message_id], "reverted", None)
         await self.repo.mark_reverted(locked.id, compaction_id, utcnow())
-        events.record(self.session, self.principal, "compaction.reverted",
-                      compaction_path(thread_id, compaction_id), revision=locked.revision,
-                      thread_id=thread_id)
+        self.uow.record("compaction.reverted", compaction_path(thread_id, compaction_id),
+                        revision=locked.revision, thread_id=thread_id)
 
-    async def list(self, thread_id: str, *, limit: int,
-                   cursor: str | None) -> tuple[list[CompactionOut], str | None]:
-        after = decode_cursor("compactions", cursor, 1)
-        if after is not None and type(after[0]) is not int:
-            raise InvalidCursor("The cursor is not one this list handed out.")
-        thread_pk = await self.thread_service.live_pk(thread_id)
-        rows = await self.repo.page(thread_pk, after_seq=after[0] if after else None,
-                                    limit=limit + 1)
-        page = rows[:limit]
-        next_cursor = encode_cursor("compactions", [page[-1].seq]) if len(rows) > limit else None
-        return [to_out(row, thread_id) for row in page], next_cursor
-
-    async def get(self, thread_id: str, compaction_id: str) -> CompactionDetail:
-        thread_pk = await self.thread_service.live_pk(thread_id)
+    async def _record(self, thread_pk: int, thread_id: str, compaction_id: str) -> AnyRow:
         record = await self.repo.get(thread_pk, compaction_id)
         if record is None:
             raise NotFound(f"Compaction {compaction_id!r} does not exist in thread {thread_id!r}.")
+        return record
+
+    async def list(self, thread_id: str, *, limit: int,
+                   cursor: str | None) -> Page[CompactionOut]:
+        after = decode_cursor(CURSOR, cursor, 1)
+        if after is not None and type(after[0]) is not int:
+            raise bad_cursor()
+        thread_pk = await self.threads.live_pk(thread_id)
+        rows = await self.repo.page(thread_pk, after_seq=after[0] if after else None,
+                                    limit=limit + 1)
+        return split_page(CURSOR, rows, limit, lambda row: [row.seq],
+                          lambda row: CompactionOut.from_row(row, thread_id))
+
+    async def get(self, thread_id: str, compaction_id: str) -> CompactionDetail:
+        thread_pk = await self.threads.live_pk(thread_id)
+        record = await self._record(thread_pk, thread_id, compaction_id)
         sources = await self.messages.by_ids(thread_pk, record.source_message_ids)
-        return CompactionDetail(**to_out(record, thread_id).model_dump(),
-                                source_messages=[message_out(row) for row in sources])
+        return CompactionDetail(**CompactionOut.from_row(record, thread_id).model_dump(),
+                                source_messages=[MessageOut.from_row(row) for row in sources])

@@ -1,20 +1,24 @@
 """One error hierarchy, rendered by one handler as RFC 9457 problem details.
 
 Services raise `AppError` subclasses; they never build HTTP responses. Each class carries its
-status and a stable snake_case `code` that clients (and `agentstate_client`) switch on.
+status and a stable snake_case `code` that clients (and `agentstate_client`) switch on. This
+module holds the generic classes; an error that belongs to one slice lives in that slice's
+`errors.py` (`app/threads/errors.py`, ...). `app/http/problems.py` renders them all.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 PROBLEM_TYPE_PREFIX = "urn:agentstate:problem:"
 
 
 class AppError(Exception):
-    status: ClassVar[int] = 500
-    code: ClassVar[str] = "internal_error"
-    title: ClassVar[str] = "Internal Server Error"
+    # Class attributes, so a subclass names its status once; an instance may override them
+    # (a framework status with no class of its own, see `problem_from_status`).
+    status: int = 500
+    code: str = "internal_error"
+    title: str = "Internal Server Error"
 
     def __init__(self, detail: str | None = None, *, headers: dict[str, str] | None = None,
                  **extra: Any) -> None:
@@ -70,28 +74,8 @@ class Conflict(AppError):
     status, code, title = 409, "conflict", "Conflict"
 
 
-class ThreadExists(Conflict):
-    code, title = "thread_exists", "Thread already exists"
-
-
-class MessageExists(Conflict):
-    code, title = "message_exists", "Message already exists"
-
-
-class IdempotencyInFlight(Conflict):
-    code, title = "idempotency_in_flight", "A request with this Idempotency-Key is in flight"
-
-
-class CompactionCovered(Conflict):
-    code, title = "compaction_covered", "Compaction is covered by a later one"
-
-
 class Gone(AppError):
     status, code, title = 410, "gone", "Gone"
-
-
-class ThreadDeleted(Gone):
-    code, title = "thread_deleted", "Thread was deleted"
 
 
 class PreconditionFailed(AppError):
@@ -130,30 +114,8 @@ class Unprocessable(AppError):
     status, code, title = 422, "validation_failed", "Unprocessable Content"
 
 
-class IdempotencyKeyReused(Unprocessable):
-    code, title = "idempotency_key_reused", "Idempotency-Key reused with a different body"
-
-
-class CompactionNotContiguous(Unprocessable):
-    code, title = "compaction_not_contiguous", "Sources are not a contiguous run"
-
-
-class MessageNotLive(Unprocessable):
-    code, title = "message_not_live", "Source message is not live"
-
-
-class MessageNotFound(Unprocessable):
-    """A compaction source that is not a message of this thread (a GET of one is a 404)."""
-
-    code, title = "message_not_found", "Source message not found"
-
-
 class PreconditionRequired(AppError):
     status, code, title = 428, "precondition_required", "Precondition Required"
-
-
-class UnknownSecret(Unprocessable):
-    code = "unknown_secret"
 
 
 class SecretsNotConfigured(AppError):
@@ -178,7 +140,7 @@ class NotReady(ServiceUnavailable):
 
 def problem_from_status(status: int, detail: str | None = None) -> AppError:
     """Map a framework-raised HTTP status (404 route, 405 method) to our hierarchy."""
-    cls = {
+    cls: type[AppError] | None = {
         400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
         409: Conflict, 410: Gone, 412: PreconditionFailed, 413: PayloadTooLarge,
         415: UnsupportedMediaType, 422: Unprocessable, 428: PreconditionRequired,
@@ -186,8 +148,8 @@ def problem_from_status(status: int, detail: str | None = None) -> AppError:
     }.get(status)
     if cls is not None:
         return cls(detail)
-    err = AppError(detail)
-    err.status = status  # type: ignore[misc]
-    err.code = {405: "method_not_allowed", 406: "not_acceptable"}.get(status, "http_error")  # type: ignore[misc]
-    err.title = detail or "HTTP error"  # type: ignore[misc]
-    return err
+    error = AppError(detail)
+    error.status = status
+    error.code = {405: "method_not_allowed", 406: "not_acceptable"}.get(status, "http_error")
+    error.title = detail or "HTTP error"
+    return error

@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-from fastapi import Depends, Request
+from typing import Any
 
 from app.core.errors import Unprocessable
 from app.core.settings import Settings
-
-
-# async: FastAPI runs a plain `def` dependency in its thread pool, a thread hop per request.
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
-
-
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 
 def check_metadata(metadata: dict[str, Any] | None, settings: Settings,

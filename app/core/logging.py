@@ -30,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             line["request_id"] = request_id
         line.update({k: v for k, v in vars(record).items() if k not in _RESERVED})
         if record.exc_info:
-            line["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else None
+            line["exc_type"] = record.exc_info[0].__name__ if record.exc_info[0] else ""
             line["exc"] = self.formatException(record.exc_info)
         return json.dumps(line, default=str)
 

@@ -56,10 +56,10 @@ class Metrics:
         if not self.multiprocess:
             return generate_latest(self.registry)
         merged = CollectorRegistry()
-        MultiProcessCollector(merged)
+        MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
         return generate_latest(merged)
 
     def close(self) -> None:
         """This worker's live values (the pool gauge) leave the sum when it stops."""
         if self.multiprocess:
-            mark_process_dead(os.getpid())
+            mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]

@@ -1,4 +1,5 @@
-"""Keyset pagination: opaque cursors, the list envelope and the `Link: rel="next"` header."""
+"""Keyset pagination: opaque cursors and the list envelope. (The query parameters and the
+`Link` header are in `app/http/pagination.py`.)"""
 
 from __future__ import annotations
 
@@ -6,17 +7,14 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
-from fastapi import Query, Request, Response
 from pydantic import BaseModel
 
 from app.core.errors import InvalidCursor
 
 T = TypeVar("T")
-
-Limit = Annotated[int, Query(ge=1, le=100, description="Page size, 1-100.")]
-Cursor = Annotated[str | None, Query(description="Opaque cursor from `next_cursor`.")]
+R = TypeVar("R")
 
 
 class Page(BaseModel, Generic[T]):
@@ -40,7 +38,7 @@ def decode_cursor(kind: str, cursor: str | None, arity: int) -> list[Any] | None
     except (binascii.Error, ValueError, UnicodeDecodeError):
         decoded = None
     if not isinstance(decoded, list) or len(decoded) != arity + 1 or decoded[0] != kind:
-        raise InvalidCursor("The cursor is not one this list handed out.")
+        raise bad_cursor()
     return decoded[1:]
 
 
@@ -50,19 +48,20 @@ def decode_name_cursor(kind: str, cursor: str | None, arity: int) -> tuple[str, 
     if values is None:
         return None
     if not all(isinstance(value, str) for value in values):
-        raise InvalidCursor("The cursor is not one this list handed out.")
+        raise bad_cursor()
     return tuple(values)
 
 
-def split_page(kind: str, rows: Sequence[T], limit: int,
-               key: Callable[[T], Sequence[Any]]) -> tuple[list[T], str | None]:
-    """Rows fetched with `limit + 1`: the page, and the cursor after it if there is more."""
-    page = list(rows[:limit])
+def bad_cursor() -> InvalidCursor:
+    return InvalidCursor("The cursor is not one this list handed out.")
+
+
+def split_page(kind: str, rows: Sequence[R], limit: int, key: Callable[[R], Sequence[Any]],
+               out: Callable[[R], T]) -> Page[T]:
+    """Rows fetched with `limit + 1`: the page of `out(row)`s, with the cursor after it if
+    there is more."""
     more = len(rows) > limit
-    return page, encode_cursor(kind, key(page[-1])) if more else None
-
-
-def set_next_link(request: Request, response: Response, next_cursor: str | None) -> None:
-    if next_cursor is not None:
-        url = request.url.include_query_params(cursor=next_cursor)
-        response.headers["Link"] = f'<{url}>; rel="next"'
+    page = rows[:limit]
+    return Page(data=[out(row) for row in page],
+                next_cursor=encode_cursor(kind, key(page[-1])) if more else None,
+                has_more=more)

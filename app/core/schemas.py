@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from fastapi import Path
 from pydantic import BaseModel, ConfigDict, PlainSerializer, StringConstraints
-
-from app.core.errors import Unprocessable
 
 NAME_PATTERN = r"^[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,254}$"
 NAME_RULE = "1-255 characters from A-Z a-z 0-9 . _ : @ -, not starting with '.'"
@@ -21,11 +17,19 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class RowModel(BaseModel):
+    """Response bodies built from a database row: `XOut.from_row(row)` is the one way to
+    build one. Fields are read by name from the row; a model whose fields differ from its
+    columns overrides `from_row`."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    @classmethod
+    def from_row(cls, row: Any) -> Self:
+        return cls.model_validate(row)
+
+
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-
-
-def name_path(description: str) -> Any:
-    return Path(pattern=NAME_PATTERN, description=f"{description}; {NAME_RULE}.")
 
 
 def _utc_text(value: datetime) -> str:
@@ -39,19 +43,3 @@ Timestamp = Annotated[
 ]
 
 JsonObject = dict[str, Any]
-
-
-def json_object_param(name: str, raw: str | None) -> dict[str, Any] | None:
-    """A query parameter that carries a JSON object (`?metadata=`, `?state_contains=`)."""
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict):
-        raise Unprocessable(
-            f"{name} must be a JSON object, e.g. {name}={{\"team\":\"research\"}}.",
-            errors=[{"parameter": name, "code": "json_object", "message": "not a JSON object"}],
-        )
-    return value

@@ -19,11 +19,10 @@ import json
 import logging
 import os
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
-from fastapi import Depends, Request
 
 from app.core.errors import SecretsNotConfigured, SecretsUndecryptable
 from app.core.jsonutil import dumps
@@ -38,7 +37,7 @@ class SecretKeyError(RuntimeError):
 
 
 class SecretBox:
-    def __init__(self, keys: list[str | bytes]) -> None:
+    def __init__(self, keys: Sequence[str | bytes]) -> None:
         fernets = []
         for position, key in enumerate(keys, start=1):
             try:
@@ -124,10 +123,3 @@ def require_box(box: SecretBox | None) -> SecretBox:
             "(make a key with `agentstate secrets new-key`)."
         )
     return box
-
-
-def get_secret_box(request: Request) -> SecretBox | None:
-    return request.app.state.secret_box
-
-
-SecretBoxDep = Annotated[SecretBox | None, Depends(get_secret_box)]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias, Unpack, cast
 
-from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, String
+from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, Row, String, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.types import TypeDecorator
@@ -51,13 +51,21 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value.astimezone(UTC)
+        moment: datetime = value
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+# A row of any shape, as repositories return them (SQLAlchemy types rows by their columns).
+AnyRow: TypeAlias = Row[Unpack[tuple[Any, ...]]]
+
+
+def table(model: type[Base]) -> Table:
+    """A mapped class's table, typed as the `Table` it is."""
+    return cast(Table, model.__table__)
 
 
 def utcnow() -> datetime:

@@ -12,23 +12,23 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.jsonutil import dumps
 
 
-def dialect_name(session: AsyncConnection) -> str:
-    return session.dialect.name
+def dialect_name(connection: AsyncConnection) -> str:
+    return connection.dialect.name
 
 
-def insert_ignoring_conflicts(session: AsyncConnection, model: Any,
+def insert_ignoring_conflicts(connection: AsyncConnection, model: Any,
                               index_elements: list[str]) -> Any:
     """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either backend."""
-    module = postgresql if dialect_name(session) == "postgresql" else sqlite
+    module = postgresql if dialect_name(connection) == "postgresql" else sqlite
     return module.insert(model).on_conflict_do_nothing(index_elements=index_elements)
 
 
-def json_contains(session: AsyncConnection, column: Any, query: Any) -> ColumnElement[bool]:
+def json_contains(connection: AsyncConnection, column: Any, query: Any) -> ColumnElement[bool]:
     """`column @> query` with Postgres jsonb semantics on both backends.
 
     Columns are stored as `json` (which keeps key order); Postgres compares them as jsonb,
     served by a GIN index on the same expression. SQLite calls our registered function.
     """
-    if dialect_name(session) == "postgresql":
+    if dialect_name(connection) == "postgresql":
         return cast(column, JSONB).op("@>")(cast(literal(dumps(query)), JSONB))
     return func.agentstate_json_contains(column, dumps(query)) == 1

@@ -19,8 +19,6 @@ from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings
 
 _LAST_USED = "agentstate_last_used"
-# Where a write transaction queues its audit events (app/events/service.py).
-PENDING_EVENTS = "agentstate_pending_events"
 # Execution option that marks a connection as the write transaction of a request.
 WRITE = "agentstate_write"
 
@@ -149,10 +147,6 @@ class Database:
         """A write transaction, begun by its first statement; the caller commits. Anything
         not committed (an exception, an early return) is rolled back on the way out."""
         async with self._writer(), self._writes.connect() as connection:
-            # Events are queued in `connection.info`, which outlives a checkout: drop any
-            # left by a transaction that failed on this connection before (not on the way
-            # out, where a broken connection would raise instead of the original error).
-            connection.info.pop(PENDING_EVENTS, None)
             yield connection
 
     def _writer(self) -> AbstractAsyncContextManager[object]:

@@ -76,7 +76,8 @@ async def schema_diff(engine: AsyncEngine) -> list[Any]:
         context = MigrationContext.configure(
             sync, opts={"compare_type": True, "include_name": include_name}
         )
-        return compare_metadata(context, Base.metadata)
+        diff: list[Any] = compare_metadata(context, Base.metadata)
+        return diff
 
     async with engine.connect() as connection:
         return await connection.run_sync(_diff)

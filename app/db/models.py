@@ -5,8 +5,9 @@ from app.auth.models import ApiKey
 from app.compactions.models import Compaction
 from app.db.base import Base
 from app.events.models import Event
+from app.idempotency.models import IdempotencyKey
 from app.mcp_servers.models import McpServer
-from app.messages.models import IdempotencyKey, Message
+from app.messages.models import Message
 from app.threads.models import Thread
 
 __all__ = [

@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Row, Table, and_, select, update
+from sqlalchemy import ColumnElement, Table, and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.base import utcnow
+from app.db.base import AnyRow, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts
 
 Key = tuple[str, ...]
@@ -24,8 +24,8 @@ class RevisionedRepository:
     # The columns that, with tenant_id, name one resource (a unique constraint).
     key_columns: ClassVar[tuple[str, ...]]
 
-    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
-        self.session = session
+    def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
+        self.connection = connection
         self.tenant_id = tenant_id
 
     def _key(self, key: Key) -> ColumnElement[bool]:
@@ -36,20 +36,20 @@ class RevisionedRepository:
     def _live(self) -> ColumnElement[bool]:
         return and_(self.table.c.tenant_id == self.tenant_id, self.table.c.deleted_at.is_(None))
 
-    async def get(self, key: Key, *, lock: bool = False) -> Row[Any] | None:
+    async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
         """The row (live or tombstone). `lock` holds it FOR NO KEY UPDATE on Postgres; SQLite's
         write transactions are serialised by BEGIN IMMEDIATE already."""
         stmt = select(self.table).where(self._key(key))
-        if lock and dialect_name(self.session) == "postgresql":
+        if lock and dialect_name(self.connection) == "postgresql":
             stmt = stmt.with_for_update(key_share=True)
-        return (await self.session.execute(stmt)).first()
+        return (await self.connection.execute(stmt)).first()
 
-    async def create(self, key: Key, values: dict[str, Any], now: datetime) -> Row[Any] | None:
+    async def create(self, key: Key, values: dict[str, Any], now: datetime) -> AnyRow | None:
         """Revision 1 for a new key; a tombstoned key continues after its deletion's revision.
         None if the key is live (a concurrent create won)."""
         t = self.table
-        inserted = await self.session.execute(
-            insert_ignoring_conflicts(self.session, t, ["tenant_id", *self.key_columns])
+        inserted = await self.connection.execute(
+            insert_ignoring_conflicts(self.connection, t, ["tenant_id", *self.key_columns])
             .values(tenant_id=self.tenant_id, **dict(zip(self.key_columns, key, strict=True)),
                     revision=1, created_at=now, updated_at=now, **values)
             .returning(*t.c)
@@ -57,7 +57,7 @@ class RevisionedRepository:
         row = inserted.first()
         if row is not None:
             return row
-        revived = await self.session.execute(
+        revived = await self.connection.execute(
             update(t)
             .where(self._key(key), t.c.deleted_at.is_not(None))
             .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
@@ -66,7 +66,7 @@ class RevisionedRepository:
         )
         return revived.first()
 
-    async def update(self, key: Key, values: dict[str, Any], expected: int) -> Row[Any] | None:
+    async def update(self, key: Key, values: dict[str, Any], expected: int) -> AnyRow | None:
         """Bump the revision of a live row that is still at `expected`."""
         t = self.table
         stmt = (
@@ -75,7 +75,7 @@ class RevisionedRepository:
             .values(revision=t.c.revision + 1, updated_at=utcnow(), **values)
             .returning(*t.c)
         )
-        return (await self.session.execute(stmt)).first()
+        return (await self.connection.execute(stmt)).first()
 
     async def tombstone(self, key: Key, expected: int, values: dict[str, Any],
                         now: datetime) -> int | None:
@@ -88,4 +88,5 @@ class RevisionedRepository:
             .values(revision=t.c.revision + 1, updated_at=now, deleted_at=now, **values)
             .returning(t.c.revision)
         )
-        return (await self.session.execute(stmt)).scalar()
+        revision: int | None = (await self.connection.execute(stmt)).scalar()
+        return revision

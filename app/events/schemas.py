@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
-from app.core.schemas import Timestamp
+from app.core.schemas import RowModel, Timestamp
 
 EventType = Literal[
     "thread.created", "thread.updated", "thread.deleted",
@@ -15,7 +15,7 @@ EventType = Literal[
 ]
 
 
-class EventOut(BaseModel):
+class EventOut(RowModel):
     seq: int = Field(description="Commit order; the only order of the log.")
     at: Timestamp
     type: str
@@ -25,7 +25,7 @@ class EventOut(BaseModel):
     actor: str = Field(description='The API key id, or "anonymous" when the server runs open.')
 
     @model_serializer(mode="wrap")
-    def _omit_absent_thread(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - unannotated keeps the field schema in OpenAPI
+    def _omit_absent_thread(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
         data: dict[str, Any] = handler(self)
         if data.get("thread_id") is None:
             data.pop("thread_id", None)

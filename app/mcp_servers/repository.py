@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from sqlalchemy import select, update
 
-from sqlalchemy import Row, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from app.db.base import AnyRow, table
 from app.db.revisioned import RevisionedRepository
 from app.mcp_servers.models import McpServer
 
-m = McpServer.__table__
+m = table(McpServer)
 
 
 class McpServerRepository(RevisionedRepository):
     table = m
     key_columns = ("server_name",)
 
-    async def list(self, *, limit: int, after: str | None,
-                   server_type: str | None) -> list[Row[Any]]:
+    async def page(self, *, limit: int, after: str | None,
+                   server_type: str | None) -> list[AnyRow]:
         """Live servers by server_name, keyset-paged on it."""
         stmt = select(m).where(self._live())
         if server_type is not None:
@@ -26,24 +24,21 @@ class McpServerRepository(RevisionedRepository):
         if after is not None:
             stmt = stmt.where(m.c.server_name > after)
         stmt = stmt.order_by(m.c.server_name).limit(limit)
-        return list((await self.session.execute(stmt)).all())
+        return list((await self.connection.execute(stmt)).all())
 
+    # Key rotation is an operator's job over every tenant (`agentstate secrets rotate`), the
+    # one place where statements are deliberately not scoped by tenant.
 
-# Key rotation is an operator's job over every tenant (`agentstate secrets rotate`), the one
-# place where statements are deliberately not scoped by tenant.
+    async def ciphertexts_after(self, after_id: int, limit: int) -> list[AnyRow]:
+        stmt = (select(m.c.id, m.c.tenant_id, m.c.server_name, m.c.secrets)
+                .where(m.c.id > after_id, m.c.secrets.is_not(None)).order_by(m.c.id).limit(limit))
+        return list((await self.connection.execute(stmt)).all())
 
-async def ciphertexts_after(session: AsyncConnection, after_id: int,
-                            limit: int) -> list[Row[Any]]:
-    stmt = (select(m.c.id, m.c.tenant_id, m.c.server_name, m.c.secrets)
-            .where(m.c.id > after_id, m.c.secrets.is_not(None)).order_by(m.c.id).limit(limit))
-    return list((await session.execute(stmt)).all())
-
-
-async def swap_ciphertext(session: AsyncConnection, row_id: int, old: str, new: str) -> bool:
-    """Replace a ciphertext only if no write changed it meanwhile (the write's own ciphertext
-    is already under the first key). Neither the revision nor updated_at changes: the
-    resource itself does not."""
-    result = await session.execute(
-        update(m).where(m.c.id == row_id, m.c.secrets == old).values(secrets=new)
-    )
-    return bool(result.rowcount)
+    async def swap_ciphertext(self, row_id: int, old: str, new: str) -> bool:
+        """Replace a ciphertext only if no write changed it meanwhile (the write's own
+        ciphertext is already under the first key). Neither the revision nor updated_at
+        changes: the resource itself does not."""
+        result = await self.connection.execute(
+            update(m).where(m.c.id == row_id, m.c.secrets == old).values(secrets=new)
+        )
+        return bool(result.rowcount)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AwareDatetime, BaseModel, Field
 
 from app.core.schemas import JsonObject, Name, Strict, Timestamp
@@ -39,3 +41,12 @@ class McpServerOut(BaseModel):
     last_connected_at: Timestamp | None
     created_at: Timestamp
     updated_at: Timestamp
+
+    @classmethod
+    def from_row(cls, row: Any, secrets: dict[str, str]) -> McpServerOut:
+        """`secrets` are what this reader may see: masked, or opened for `secrets:read`."""
+        return cls(
+            server_name=row.server_name, server_type=row.server_type, revision=row.revision,
+            state=row.state, secrets=secrets, last_connected_at=row.last_connected_at,
+            created_at=row.created_at, updated_at=row.updated_at,
+        )

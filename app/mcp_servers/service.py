@@ -10,24 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from cryptography.fernet import InvalidToken
-from sqlalchemy import Row
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.auth.dependencies import Principal
-from app.core.conditional import Preconditions
-from app.core.errors import Forbidden, Unprocessable, UnknownSecret
+from app.core.errors import Forbidden, Unprocessable
 from app.core.mergepatch import merge_patch
-from app.core.pagination import decode_name_cursor, split_page
-from app.core.revisioned import RevisionedResource
+from app.core.pagination import Page, decode_name_cursor, split_page
+from app.core.revisions import Preconditions, RevisionedResource
 from app.core.secretbox import SecretBox, require_box
 from app.core.settings import Settings
 from app.db.base import utcnow
-from app.events import service as events
-from app.mcp_servers.repository import (
-    McpServerRepository,
-    ciphertexts_after,
-    swap_ciphertext,
-)
+from app.db.unit import UnitOfWork
+from app.mcp_servers.errors import UnknownSecret
+from app.mcp_servers.repository import McpServerRepository
 from app.mcp_servers.schemas import MASK, McpServerOut, McpServerPatch, McpServerReplace
 
 CURSOR = "mcp_servers"
@@ -39,13 +33,12 @@ def server_path(server_name: str) -> str:
 
 
 class McpServerService:
-    def __init__(self, session: AsyncConnection, principal: Principal, settings: Settings,
-                 box: SecretBox | None) -> None:
-        self.session = session
-        self.principal = principal
+    def __init__(self, uow: UnitOfWork, settings: Settings, box: SecretBox | None) -> None:
+        self.uow = uow
+        self.principal = uow.principal
         self.settings = settings
         self.box = box
-        self.repo = McpServerRepository(session, principal.tenant_id)
+        self.repo = McpServerRepository(uow.connection, uow.tenant_id)
 
     def _resource(self, server_name: str) -> RevisionedResource:
         return RevisionedResource(
@@ -57,15 +50,14 @@ class McpServerService:
         return [self.principal.tenant_id, server_name]
 
     def _event(self, change: str, server_name: str, revision: int) -> None:
-        events.record(self.session, self.principal, f"mcp_server.{change}",
-                      server_path(server_name), revision=revision)
+        self.uow.record(f"mcp_server.{change}", server_path(server_name), revision=revision)
 
-    def _stored_secrets(self, row: Row[Any] | None) -> dict[str, str]:
+    def _stored_secrets(self, row: Any) -> dict[str, str]:
         if row is None or row.secrets is None:
             return {}
         return require_box(self.box).open(self._owner(row.server_name), row.secrets)
 
-    def _secret_columns(self, server_name: str, current: Row[Any] | None,
+    def _secret_columns(self, server_name: str, current: Any,
                         incoming: dict[str, str | None] | None, *, patch: bool) -> dict[str, Any]:
         """The stored columns for a write's `secrets` member: `{}`/null clear; `"***"` keeps
         that stored secret; on PATCH, null removes one and the others are kept."""
@@ -92,14 +84,10 @@ class McpServerService:
         return {"secret_names": list(result),
                 "secrets": require_box(self.box).seal(self._owner(server_name), result)}
 
-    def _out(self, row: Row[Any], include_secrets: bool = False) -> McpServerOut:
+    def _out(self, row: Any, include_secrets: bool = False) -> McpServerOut:
         secrets = (self._stored_secrets(row) if include_secrets
                    else dict.fromkeys(row.secret_names, MASK))
-        return McpServerOut(
-            server_name=row.server_name, server_type=row.server_type, revision=row.revision,
-            state=row.state, secrets=secrets, last_connected_at=row.last_connected_at,
-            created_at=row.created_at, updated_at=row.updated_at,
-        )
+        return McpServerOut.from_row(row, secrets)
 
     def _allow_read(self, include_secrets: bool) -> None:
         if include_secrets and not self.principal.can("secrets:read"):
@@ -110,13 +98,13 @@ class McpServerService:
         return self._out(await self._resource(server_name).get(), include_secrets)
 
     async def list(self, *, limit: int, cursor: str | None, server_type: str | None,
-                   include_secrets: bool = False) -> tuple[list[McpServerOut], str | None]:
+                   include_secrets: bool = False) -> Page[McpServerOut]:
         self._allow_read(include_secrets)
         after = decode_name_cursor(CURSOR, cursor, 1)
-        rows = await self.repo.list(limit=limit + 1, after=after[0] if after else None,
+        rows = await self.repo.page(limit=limit + 1, after=after[0] if after else None,
                                     server_type=server_type)
-        page, next_cursor = split_page(CURSOR, rows, limit, lambda row: [row.server_name])
-        return [self._out(row, include_secrets) for row in page], next_cursor
+        return split_page(CURSOR, rows, limit, lambda row: [row.server_name],
+                          lambda row: self._out(row, include_secrets))
 
     async def replace(self, server_name: str, body: McpServerReplace,
                       pre: Preconditions) -> tuple[McpServerOut, bool]:
@@ -124,12 +112,13 @@ class McpServerService:
         `last_connected_at` keep the stored values."""
         given = body.model_fields_set
 
-        def values(current: Row[Any] | None) -> dict[str, Any]:
+        def values(current: Any) -> dict[str, Any]:
             stored: dict[str, Any] = {"server_type": body.server_type, "state": body.state}
             if "last_connected_at" in given or current is None:
                 stored["last_connected_at"] = body.last_connected_at
             if "secrets" in given:
-                stored |= self._secret_columns(server_name, current, body.secrets, patch=False)
+                stored |= self._secret_columns(server_name, current, dict(body.secrets or {}),
+                                               patch=False)
             elif current is None:
                 stored |= NO_SECRETS
             return stored
@@ -145,7 +134,7 @@ class McpServerService:
             raise Unprocessable("server_type cannot be removed.", errors=[
                 {"pointer": "/server_type", "code": "required", "message": "may not be null"}])
 
-        def values(current: Row[Any]) -> dict[str, Any]:
+        def values(current: Any) -> dict[str, Any]:
             stored: dict[str, Any] = {}
             if "server_type" in given:
                 stored["server_type"] = body.server_type
@@ -171,14 +160,16 @@ class McpServerService:
         self._event("deleted", server_name, revision)
 
 
-async def rotate_batch(session: AsyncConnection, box: SecretBox, after_id: int,
+async def rotate_batch(connection: AsyncConnection, box: SecretBox, after_id: int,
                        limit: int) -> tuple[int | None, int, list[str]]:
     """Re-encrypt one batch of stored secrets with the first key (`agentstate secrets rotate`).
 
     Returns the last row id seen (None when done), how many were rotated, and the
     `tenant/server` names no configured key opens (names only, never values).
     """
-    rows = await ciphertexts_after(session, after_id, limit)
+    # Key rotation crosses tenants: the repository's tenant is not used by these two calls.
+    repo = McpServerRepository(connection, "")
+    rows = await repo.ciphertexts_after(after_id, limit)
     rotated, unreadable = 0, []
     for row in rows:
         try:
@@ -186,5 +177,5 @@ async def rotate_batch(session: AsyncConnection, box: SecretBox, after_id: int,
         except InvalidToken:
             unreadable.append(f"{row.tenant_id}/{row.server_name}")
             continue
-        rotated += await swap_ciphertext(session, row.id, row.secrets, new)
+        rotated += await repo.swap_ciphertext(row.id, row.secrets, new)
     return (rows[-1].id if rows else None), rotated, unreadable

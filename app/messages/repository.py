@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
-    Row,
     func,
     insert,
     literal,
@@ -20,20 +20,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.core.errors import MessageExists
 from app.core.ids import new_id
+from app.db.base import AnyRow, table
 from app.messages.models import Message
 from app.messages.schemas import MessageIn
 
-m = Message.__table__
+m = table(Message)
 # Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
 # from a constant, and a prepared statement's generic plan would otherwise miss `ix_messages_live`.
-LIVE = literal_column("'live'")
+LIVE: Any = literal_column("'live'")
 Key = tuple[int, int]  # (position, seq): the order of both views
 
 
-def _key() -> Any:
-    return tuple_(m.c.position, m.c.seq)
+_POSITION_SEQ = tuple_(m.c.position, m.c.seq)
 
 
 def _bound(key: Key) -> Any:
@@ -42,24 +41,22 @@ def _bound(key: Key) -> Any:
 
 
 class MessageRepository:
-    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
-        self.session = session
+    def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
+        self.connection = connection
         self.tenant_id = tenant_id
 
     def _thread(self, thread_pk: int) -> Any:
         return (m.c.thread_pk == thread_pk) & (m.c.tenant_id == self.tenant_id)
 
-    async def ensure_new_ids(self, thread_pk: int, ids: Sequence[str]) -> None:
-        """409 if a client-chosen id is taken. Race-free: callers hold the thread row lock."""
+    async def taken_id(self, thread_pk: int, ids: Sequence[str]) -> str | None:
+        """One of `ids` that a message of the thread already has, if any. Race-free: callers
+        hold the thread row lock."""
         if not ids:
-            return
-        taken = await self.session.scalar(
+            return None
+        taken: str | None = await self.connection.scalar(
             select(m.c.message_id).where(self._thread(thread_pk), m.c.message_id.in_(ids)).limit(1)
         )
-        if taken is not None:
-            raise MessageExists(
-                f"Message {taken!r} already exists in this thread; nothing was written."
-            )
+        return taken
 
     def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
             now: datetime, summary_of: str | None = None) -> dict[str, Any]:
@@ -74,27 +71,27 @@ class MessageRepository:
         }
 
     async def insert(self, rows: list[dict[str, Any]]) -> None:
-        await self.session.execute(insert(m), rows)
+        await self.connection.execute(insert(m), rows)
 
     async def append(self, thread_pk: int, last_seq: int, messages: Sequence[MessageIn],
-                     now: datetime) -> list[dict[str, Any]]:
+                     now: datetime) -> list[SimpleNamespace]:
         """Store `messages` as seqs `last_seq - n + 1 .. last_seq`, handed out by the caller's
-        UPDATE of the thread row (which also holds the row lock until commit)."""
-        await self.ensure_new_ids(thread_pk, [msg.id for msg in messages if msg.id])
+        UPDATE of the thread row (which also holds the row lock until commit). Returns the
+        stored rows. The caller has checked that their ids are free (`taken_id`)."""
         first = last_seq - len(messages) + 1
         rows = [self.row(thread_pk, msg, seq=first + i, position=first + i, now=now)
                 for i, msg in enumerate(messages)]
         await self.insert(rows)
-        return rows
+        return [SimpleNamespace(**row) for row in rows]
 
-    async def get(self, thread_pk: int, message_id: str) -> Row[Any] | None:
-        return (await self.session.execute(
+    async def get(self, thread_pk: int, message_id: str) -> AnyRow | None:
+        return (await self.connection.execute(
             select(m).where(self._thread(thread_pk), m.c.message_id == message_id)
         )).first()
 
     async def page(self, thread_pk: int, *, live: bool, descending: bool, lower: Key | None,
                    upper: Key | None, role: str | None, agent_name: str | None,
-                   limit: int) -> list[Row[Any]]:
+                   limit: int) -> list[AnyRow]:
         """One page of a view in (position, seq) order, strictly between two keys.
 
         Every bound is a (position, seq) row value, so both backends seek the index to it
@@ -104,9 +101,9 @@ class MessageRepository:
         if live:
             stmt = stmt.where(m.c.status == LIVE)
         if lower is not None:
-            stmt = stmt.where(_key() > _bound(lower))
+            stmt = stmt.where(_POSITION_SEQ > _bound(lower))
         if upper is not None:
-            stmt = stmt.where(_key() < _bound(upper))
+            stmt = stmt.where(_POSITION_SEQ < _bound(upper))
         if role is not None:
             stmt = stmt.where(m.c.role == role)
         if agent_name is not None:
@@ -115,11 +112,11 @@ class MessageRepository:
             stmt = stmt.order_by(m.c.position.desc(), m.c.seq.desc())
         else:
             stmt = stmt.order_by(m.c.position, m.c.seq)
-        return list((await self.session.execute(stmt.limit(limit))).all())
+        return list((await self.connection.execute(stmt.limit(limit))).all())
 
-    async def by_ids(self, thread_pk: int, ids: Sequence[str]) -> list[Row[Any]]:
+    async def by_ids(self, thread_pk: int, ids: Sequence[str]) -> list[AnyRow]:
         """The thread's messages among `ids`, in view order."""
-        return list((await self.session.execute(
+        return list((await self.connection.execute(
             select(m).where(self._thread(thread_pk), m.c.message_id.in_(ids))
             .order_by(m.c.position, m.c.seq)
         )).all())
@@ -130,16 +127,16 @@ class MessageRepository:
         inside = (
             select(m.c.seq)
             .where(self._thread(thread_pk), m.c.status == LIVE,
-                   _key() >= _bound(first), _key() <= _bound(last))
+                   _POSITION_SEQ >= _bound(first), _POSITION_SEQ <= _bound(last))
             .limit(cap)
             .subquery()
         )
-        return int(await self.session.scalar(select(func.count()).select_from(inside)) or 0)
+        return int(await self.connection.scalar(select(func.count()).select_from(inside)) or 0)
 
     async def set_status(self, thread_pk: int, ids: Sequence[str],
                          status: Literal["live", "compacted", "reverted"],
                          compacted_by: str | None) -> None:
-        await self.session.execute(
+        await self.connection.execute(
             update(m).where(self._thread(thread_pk), m.c.message_id.in_(ids))
             .values(status=status, compacted_by=compacted_by)
         )

@@ -3,26 +3,23 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from app.auth.dependencies import ReadAccess, WriteAccess
-from app.core.conditional import ETagList, etag
-from app.core.limits import SettingsDep
-from app.core.pagination import Cursor, Page, set_next_link
-from app.core.problems import responses
-from app.core.schemas import name_path
-from app.db.session import ReadSession, WriteSession
-from app.messages.idempotency import IdempotencyDep
+from app.core.pagination import Page
+from app.core.revisions import etag
+from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.idempotency import IdempotencyDep, created
+from app.http.pagination import Cursor, linked
+from app.http.params import MessageId, ThreadId
+from app.http.preconditions import ThreadIfMatch
+from app.http.problems import responses
 from app.messages.schemas import AppendOut, MessageBatch, MessageIn, MessageOut, Role
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"])
 
-ThreadId = Annotated[str, name_path("Thread id")]
-MessageId = Annotated[str, name_path("Message id")]
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
 
 APPEND_BODY = {
@@ -53,37 +50,17 @@ async def append_body(request: Request) -> list[MessageIn]:
         ) from None
 
 
-def if_match(
-    value: Annotated[str | None, Header(
-        alias="If-Match",
-        description='Optional: the thread\'s `"<revision>"` (or a list, or `*`); 412 otherwise.',
-    )] = None,
-) -> ETagList | None:
-    return ETagList.parse("If-Match", value)
-
-
-IfMatch = Annotated[ETagList | None, Depends(if_match)]
-
-
-def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JSONResponse:
-    """201, the same bytes for the first answer and its replays (which say so)."""
-    if replayed:
-        headers = {**headers, "Idempotent-Replayed": "true"}
-    return JSONResponse(body, status_code=201, headers=headers)
-
-
 @router.post("", status_code=201, response_model=AppendOut,
              responses=responses(409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],
-    session: WriteSession, principal: WriteAccess, settings: SettingsDep, pre: IfMatch,
-    idempotency: IdempotencyDep,
+    uow: Writer, settings: SettingsDep, pre: ThreadIfMatch, idempotency: IdempotencyDep,
 ) -> Response:
     """Appends in order as one new thread revision; a thread that does not exist is created.
     409 `message_exists` if a client-chosen id is taken (nothing is written),
     409 `idempotency_in_flight`, 422 `idempotency_key_reused`, 410 if the thread was deleted."""
-    body, replayed = await MessageService(session, principal, settings).append(
+    body, replayed = await MessageService(uow, settings).append(
         thread_id, messages, pre, idempotency
     )
     return created(body, replayed, {"ETag": etag(body["thread_revision"])})
@@ -91,9 +68,8 @@ async def append_messages(
 
 @router.get("", responses=responses(404), summary="Page through a thread's messages")
 async def list_messages(
-    thread_id: ThreadId, request: Request, response: Response, session: ReadSession,
-    principal: ReadAccess, settings: SettingsDep, limit: MessageLimit = 20,
-    cursor: Cursor = None, order: Order = "asc",
+    thread_id: ThreadId, request: Request, response: Response, uow: Reader,
+    settings: SettingsDep, limit: MessageLimit = 20, cursor: Cursor = None, order: Order = "asc",
     view: Annotated[View, Query(
         description="live: what the model sees (summaries stand in for compacted runs); "
         "full: everything, summaries included.")] = "live",
@@ -104,15 +80,14 @@ async def list_messages(
     role: Role | None = None,
     agent_name: str | None = None,
 ) -> Page[MessageOut]:
-    data, next_cursor = await MessageService(session, principal, settings).list(
+    page = await MessageService(uow, settings).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,
         before_seq=before_seq, role=role, agent_name=agent_name, limit=limit,
     )
-    set_next_link(request, response, next_cursor)
-    return Page(data=data, next_cursor=next_cursor, has_more=next_cursor is not None)
+    return linked(request, response, page)
 
 
 @router.get("/{message_id}", responses=responses(404), summary="Get one message")
-async def get_message(thread_id: ThreadId, message_id: MessageId, session: ReadSession,
-                      principal: ReadAccess, settings: SettingsDep) -> MessageOut:
-    return await MessageService(session, principal, settings).get(thread_id, message_id)
+async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,
+                      settings: SettingsDep) -> MessageOut:
+    return await MessageService(uow, settings).get(thread_id, message_id)

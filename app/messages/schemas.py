@@ -12,12 +12,15 @@ from pydantic import (
     model_serializer,
 )
 
-from app.core.errors import MessageExists, Unprocessable
+from app.core.errors import Unprocessable
 from app.core.limits import check_metadata
-from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 from app.core.settings import Settings
+from app.messages.errors import MessageExists
 
 Role = Literal["system", "user", "assistant", "tool", "developer"]
+# Pages of both views are keyset-paged on (position, seq); the cursor carries that pair.
+MESSAGE_CURSOR = "messages"
 Status = Literal["live", "compacted", "reverted"]
 ShortText = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 _SHORT_MAX = 255
@@ -132,7 +135,15 @@ def check_batch(messages: list[MessageIn], settings: Settings, pointer: str) -> 
 _OPTIONAL = ("name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
 
 
-class MessageOut(BaseModel):
+def messages_path(thread_id: str) -> str:
+    return f"/v1/threads/{thread_id}/messages"
+
+
+def page_key(row: Any) -> list[int]:
+    return [row.position, row.seq]
+
+
+class MessageOut(RowModel):
     id: str
     seq: int = Field(description="Append order in the thread: 1, 2, 3, ... without gaps.")
     position: int = Field(description="Views sort by (position, seq).")
@@ -150,8 +161,19 @@ class MessageOut(BaseModel):
         "A summary: the compaction that wrote it.",
     )
 
+    @classmethod
+    def from_row(cls, row: Any) -> MessageOut:
+        compacted = row.status == "compacted"
+        return cls(
+            id=row.message_id, seq=row.seq, position=row.position, role=row.role,
+            content=row.content, name=row.name, tool_calls=row.tool_calls,
+            tool_call_id=row.tool_call_id, agent_name=row.agent_name, metadata=row.metadata,
+            created_at=row.created_at, status=row.status,
+            compaction_id=row.compacted_by if compacted else row.summary_of,
+        )
+
     @model_serializer(mode="wrap")
-    def _drop_absent(self, handler: SerializerFunctionWrapHandler):  # noqa: ANN202 - keeps the schema
+    def _drop_absent(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
         data = handler(self)
         for key in _OPTIONAL:
             if data.get(key) is None:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
-from app.core.problems import responses
+from app.http.problems import responses
 from app.ops.service import check_ready
 
 router = APIRouter(tags=["operations"])

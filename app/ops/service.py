@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-
 from app.core.errors import NotReady
 from app.db import migrate
 from app.db.engine import Database
@@ -13,8 +11,6 @@ async def check_ready(db: Database, head: str | None, retry_after: int) -> str |
     """The schema revision, or NotReady (503 with Retry-After)."""
     retry = {"Retry-After": str(retry_after)}
     try:
-        async with db.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
         current = await migrate.current_revision(db.engine)
     except Exception:  # noqa: BLE001 - any failure to reach the database means not ready
         raise NotReady("The database is unreachable.", headers=retry) from None

@@ -1,4 +1,8 @@
-"""Thread rows. Every statement is scoped by tenant; revisions change only inside SQL."""
+"""Thread rows. Every statement is scoped by tenant; revisions change only inside SQL.
+
+Only `app/threads/aggregate.py` and the thread service use this repository: every other slice
+goes through the aggregate.
+"""
 
 from __future__ import annotations
 
@@ -7,27 +11,31 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Row, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import BigInteger, and_, bindparam, delete, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.db.base import utcnow
+from app.db.base import AnyRow, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
 from app.threads.models import Thread
 
-t = Thread.__table__
+t = table(Thread)
 Lock = Literal["update", "share"] | None
 Expectation = Literal["any", "one", "many"]
+# "all": the whole row comes back; "keys": only what a write to the thread's children needs,
+# so an append never pays for the size of the thread's state.
+Returning = Literal["all", "keys"]
+_KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at)
 
 # The statements every request runs are built once per shape, with a parameter for every
-# value (docs/CONVENTIONS.md, "Hot statements"): building and keying a statement costs about
-# as much as executing it.
+# value (docs/CONVENTIONS.md, "Statements"): building and keying a statement costs about as
+# much as executing it.
 _KEY = and_(t.c.tenant_id == bindparam("tenant"), t.c.thread_id == bindparam("thread"))
 _LIVE_PK = select(t.c.id).where(_KEY, t.c.deleted_at.is_(None))
 
 
 @cache
-def _get(lock: Lock) -> Any:
-    stmt = select(t).where(_KEY)
+def _get(lock: Lock, returning: Returning) -> Any:
+    stmt = select(*(t.c if returning == "all" else _KEYS)).where(_KEY)
     # "share" (FOR KEY SHARE) keeps the row from being deleted under a child insert without
     # blocking appends; "update" (FOR NO KEY UPDATE) excludes other writers.
     return stmt.with_for_update(read=lock == "share", key_share=True) if lock else stmt
@@ -38,8 +46,7 @@ def _expectation(expected: Collection[int] | None) -> Expectation:
 
 
 @cache
-def _bump(columns: tuple[str, ...], expected: Expectation,
-          returning: Literal["all", "keys"]) -> Any:
+def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returning) -> Any:
     """UPDATE of a live thread: revision + 1, `columns` and the message counters set from
     parameters, guarded by the expected revision(s)."""
     stmt = update(t).where(_KEY, t.c.deleted_at.is_(None))
@@ -53,43 +60,45 @@ def _bump(columns: tuple[str, ...], expected: Expectation,
         message_count=t.c.message_count + bindparam("live_delta", type_=BigInteger),
         **{name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns},
     )
-    keys = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq)
-    return stmt.returning(*(t.c if returning == "all" else keys))
+    return stmt.returning(*(t.c if returning == "all" else _KEYS))
 
 
 class ThreadRepository:
-    def __init__(self, session: AsyncConnection, tenant_id: str) -> None:
-        self.session = session
+    def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
+        self.connection = connection
         self.tenant_id = tenant_id
-
-    async def get(self, thread_id: str, lock: Lock = None) -> Row[Any] | None:
-        """The row (live or tombstone). `lock` takes a row lock on Postgres; SQLite's write
-        transactions are serialised by BEGIN IMMEDIATE already."""
-        postgres_lock = lock if lock and dialect_name(self.session) == "postgresql" else None
-        return (await self.session.execute(_get(postgres_lock), self._params(thread_id))).first()
-
-    async def live_pk(self, thread_id: str) -> int | None:
-        """The key of a live thread, for reads of its children: the state is not fetched."""
-        return await self.session.scalar(_LIVE_PK, self._params(thread_id))
 
     def _params(self, thread_id: str) -> dict[str, Any]:
         return {"tenant": self.tenant_id, "thread": thread_id}
 
+    async def get(self, thread_id: str, lock: Lock = None,
+                  returning: Returning = "all") -> AnyRow | None:
+        """The row (live or tombstone). `lock` takes a row lock on Postgres; SQLite's write
+        transactions are serialised by BEGIN IMMEDIATE already."""
+        postgres_lock = lock if lock and dialect_name(self.connection) == "postgresql" else None
+        return (await self.connection.execute(_get(postgres_lock, returning),
+                                              self._params(thread_id))).first()
+
+    async def live_pk(self, thread_id: str) -> int | None:
+        """The key of a live thread, for reads of its children: the state is not fetched."""
+        pk: int | None = await self.connection.scalar(_LIVE_PK, self._params(thread_id))
+        return pk
+
     async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> Row[Any] | None:
+                     now: datetime, messages: int = 0) -> AnyRow | None:
         """Create at revision 1 (holding seqs 1..`messages`); None if the id exists (live or
         tombstone)."""
         stmt = (
-            insert_ignoring_conflicts(self.session, t, ["tenant_id", "thread_id"])
+            insert_ignoring_conflicts(self.connection, t, ["tenant_id", "thread_id"])
             .values(tenant_id=self.tenant_id, thread_id=thread_id, revision=1, state=state,
                     metadata=meta, created_at=now, updated_at=now, last_seq=messages,
                     message_count=messages)
             .returning(*t.c)
         )
-        return (await self.session.execute(stmt)).first()
+        return (await self.connection.execute(stmt)).first()
 
     async def revive(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> Row[Any] | None:
+                     now: datetime, messages: int = 0) -> AnyRow | None:
         """Start a tombstoned id afresh; its revision continues after the deletion's."""
         stmt = (
             update(t)
@@ -98,42 +107,31 @@ class ThreadRepository:
                     updated_at=now, deleted_at=None, last_seq=messages, message_count=messages)
             .returning(*t.c)
         )
-        return (await self.session.execute(stmt, self._params(thread_id))).first()
+        return (await self.connection.execute(stmt, self._params(thread_id))).first()
 
-    async def update(self, thread_id: str, values: dict[str, Any],
-                     expected: Collection[int] | None = None, *, seqs: int = 0,
-                     live_delta: int = 0) -> Row[Any] | None:
+    async def advance(self, thread_id: str, *, values: dict[str, Any] | None = None,
+                      expected: Collection[int] | None = None, seqs: int = 0,
+                      live_delta: int = 0, returning: Returning = "all") -> AnyRow | None:
         """Bump the revision of a live thread, only if it is one of `expected` (when given),
-        setting `values` (state, metadata) and handing out `seqs` message seqs.
+        setting `values` (state, metadata) and handing out `seqs` message seqs: the row comes
+        back with the last of them in `last_seq`. None if no live thread matched.
 
         Check and increment are one statement, so two writers holding the same revision
-        cannot both succeed, whichever process or server they run in.
+        cannot both succeed, whichever process or server they run in; the row stays locked
+        until commit, so concurrent appends queue here and seqs never gap or repeat.
         """
-        stmt = _bump(tuple(sorted(values)), _expectation(expected), "all")
-        return await self._bump_row(stmt, thread_id, values, expected, seqs, live_delta)
-
-    async def advance(self, thread_id: str, *, seqs: int, live_delta: int,
-                      expected: Collection[int] | None = None) -> Row[Any] | None:
-        """One revision of a live thread for a message write: the row comes back with the
-        last of the `seqs` new seqs in `last_seq`, and stays locked until commit, so
-        concurrent appends queue here and seqs never gap or repeat. Only the keys come back,
-        not the state, so an append never pays for the size of the thread's state."""
-        stmt = _bump((), _expectation(expected), "keys")
-        return await self._bump_row(stmt, thread_id, {}, expected, seqs, live_delta)
-
-    async def _bump_row(self, stmt: Any, thread_id: str, values: dict[str, Any],
-                        expected: Collection[int] | None, seqs: int,
-                        live_delta: int) -> Row[Any] | None:
+        values = values or {}
+        stmt = _advance(tuple(sorted(values)), _expectation(expected), returning)
         params = {**self._params(thread_id), "now": utcnow(), "seqs": seqs,
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
-        return (await self.session.execute(stmt, params)).first()
+        return (await self.connection.execute(stmt, params)).first()
 
     async def delete(self, thread_id: str, revision: int, now: datetime) -> int | None:
         """Delete a live thread at `revision` (children go by ON DELETE CASCADE) and leave a
         tombstone that took one revision. Returns the tombstone's revision."""
-        gone = await self.session.execute(
+        gone = await self.connection.execute(
             delete(t)
             .where(_KEY, t.c.deleted_at.is_(None), t.c.revision == revision)
             .returning(t.c.revision),
@@ -141,7 +139,7 @@ class ThreadRepository:
         )
         if gone.first() is None:
             return None
-        await self.session.execute(
+        await self.connection.execute(
             insert(t).values(
                 tenant_id=self.tenant_id, thread_id=thread_id, revision=revision + 1, state={},
                 metadata={}, created_at=now, updated_at=now, deleted_at=now, last_seq=0,
@@ -150,13 +148,13 @@ class ThreadRepository:
         )
         return revision + 1
 
-    async def list(self, *, limit: int, after: tuple[datetime, str] | None,
+    async def page(self, *, limit: int, after: tuple[datetime, str] | None,
                    metadata: dict[str, Any] | None,
-                   updated_after: datetime | None) -> list[Row[Any]]:
+                   updated_after: datetime | None) -> list[AnyRow]:
         """Live threads, newest created first, keyset-paged on (created_at, thread_id)."""
         stmt = select(t).where(t.c.tenant_id == self.tenant_id, t.c.deleted_at.is_(None))
         if metadata:
-            stmt = stmt.where(json_contains(self.session, t.c.metadata, metadata))
+            stmt = stmt.where(json_contains(self.connection, t.c.metadata, metadata))
         if updated_after is not None:
             stmt = stmt.where(t.c.updated_at > updated_after)
         if after is not None:
@@ -166,4 +164,4 @@ class ThreadRepository:
                     and_(t.c.created_at == created, t.c.thread_id < thread_id))
             )
         stmt = stmt.order_by(t.c.created_at.desc(), t.c.thread_id.desc()).limit(limit)
-        return list((await self.session.execute(stmt)).all())
+        return list((await self.connection.execute(stmt)).all())

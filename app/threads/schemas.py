@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 from app.messages.schemas import MessageIn, MessageOut
 
 
@@ -28,7 +28,7 @@ class ThreadPatch(Strict):
     metadata: JsonObject | None = None
 
 
-class ThreadOut(BaseModel):
+class ThreadOut(RowModel):
     thread_id: str
     revision: int
     state: JsonObject

@@ -115,7 +115,7 @@ def validation_error(errors: list[dict[str, Any]]) -> AppError:
         errors=items,
     )
     if unknown:
-        error.code = "unknown_field"  # type: ignore[misc]
+        error.code = "unknown_field"
     return error
 
 

@@ -20,7 +20,7 @@ from app.core.errors import (
 from app.core.jsonutil import exceeds_depth, has_unstorable_escape, loads_strict
 from app.core.logging import request_id_var
 from app.core.metrics import Metrics
-from app.core.problems import problem_response
+from app.http.problems import problem_response
 
 access_log = logging.getLogger("agentstate.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
@@ -160,7 +160,7 @@ def _short(exc: Exception) -> str:
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key == name:
-            return value.decode("latin-1")
+            return bytes(value).decode("latin-1")
     return None
 
 

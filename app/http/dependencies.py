@@ -1,0 +1,103 @@
+"""The request dependencies every router uses: settings, who is calling, and the unit of work.
+
+One transaction per request is opened and closed here and nowhere else. The write dependency
+writes the request's audit events and commits *before* the response is sent
+(`scope="function"`), so a failed commit becomes an error response and can never follow a 2xx.
+Services only execute statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from app.auth.principal import Principal
+from app.auth.tenancy import request_tenant
+from app.core.errors import Forbidden, Unauthorized
+from app.core.secretbox import SecretBox
+from app.core.settings import Settings
+from app.db.unit import UnitOfWork
+from app.events.repository import EventRepository
+
+# Every dependency is `async def`: FastAPI runs a plain `def` in its thread pool, a thread
+# hop per request.
+
+
+async def get_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+
+
+async def get_secret_box(request: Request) -> SecretBox | None:
+    box: SecretBox | None = request.app.state.secret_box
+    return box
+
+
+SecretBoxDep = Annotated[SecretBox | None, Depends(get_secret_box)]
+
+# Declares the bearer scheme on every operation in the OpenAPI document; errors are ours.
+_bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
+                     description="An API key from `agentstate keys create`.")
+
+
+async def current_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> AsyncIterator[Principal]:
+    """The key's tenant and scopes; the anonymous owner of the default tenant when the
+    server runs open (no keys exist). The tenant guard checks statements while it is set."""
+    if credentials is None and "authorization" in request.headers:
+        raise Unauthorized("Use Authorization: Bearer <api key>.")
+    token = credentials.credentials if credentials is not None else None
+    principal: Principal = await request.app.state.authenticator.authenticate(
+        request.app.state.db, token)
+    request_tenant.set(principal.tenant_id)
+    try:
+        yield principal
+    finally:
+        request_tenant.set(None)
+
+
+def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
+    async def dependency(
+        principal: Annotated[Principal, Depends(current_principal)],
+    ) -> Principal:
+        if not principal.can(scope):
+            raise Forbidden(f"This API key lacks the {scope!r} scope.")
+        return principal
+
+    return dependency
+
+
+ReadAccess = Annotated[Principal, Depends(require("read"))]
+WriteAccess = Annotated[Principal, Depends(require("write"))]
+
+
+# Both take the caller's principal first: looking a key up may take a connection of its own,
+# and requests holding theirs while they wait for it would empty the pool (50 first uses of
+# one key did).
+async def _read_unit(request: Request, principal: ReadAccess) -> AsyncIterator[UnitOfWork]:
+    async with request.app.state.db.read() as connection:
+        yield UnitOfWork(connection, principal)
+
+
+async def _write_unit(request: Request, principal: WriteAccess) -> AsyncIterator[UnitOfWork]:
+    # An exception from the handler leaves the transaction uncommitted: rolled back.
+    async with request.app.state.db.write() as connection:
+        uow = UnitOfWork(connection, principal)
+        yield uow
+        await EventRepository(connection, principal.tenant_id).append(principal.actor,
+                                                                      uow.events)
+        await connection.commit()
+
+
+# A Core connection inside, not an ORM Session: repositories run Core statements only, and
+# the Session's bookkeeping cost about 120 us a write (docs/PERFORMANCE.md).
+Reader = Annotated[UnitOfWork, Depends(_read_unit, scope="function")]
+Writer = Annotated[UnitOfWork, Depends(_write_unit, scope="function")]

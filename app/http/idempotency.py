@@ -1,0 +1,40 @@
+"""The `Idempotency-Key` header, and the 201 that a first request and its replays share."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, Header, Request
+from fastapi.responses import JSONResponse
+
+from app.core.errors import InvalidHeader
+from app.idempotency.service import IdempotencyRequest
+
+
+async def _idempotency_request(
+    request: Request,
+    idempotency_key: Annotated[str | None, Header(
+        alias="Idempotency-Key",
+        description="Makes a retry safe: the same key and body replay the first response "
+        "(kept at least 24 h). 1-255 printable ASCII characters; a quoted "
+        "structured-field string is accepted too.",
+    )] = None,
+) -> IdempotencyRequest | None:
+    if idempotency_key is None:
+        return None
+    key = idempotency_key.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':  # sf-string form of the IETF draft
+        key = key[1:-1]
+    if not 0 < len(key) <= 255 or not all(" " <= char <= "~" for char in key):
+        raise InvalidHeader("Idempotency-Key must be 1-255 printable ASCII characters.")
+    return IdempotencyRequest.of(key, await request.body())
+
+
+IdempotencyDep = Annotated[IdempotencyRequest | None, Depends(_idempotency_request)]
+
+
+def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JSONResponse:
+    """201, the same bytes for the first answer and its replays (which say so)."""
+    if replayed:
+        headers = {**headers, "Idempotent-Replayed": "true"}
+    return JSONResponse(body, status_code=201, headers=headers)

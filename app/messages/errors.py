@@ -1,0 +1,16 @@
+"""Errors that only message writes raise."""
+
+from __future__ import annotations
+
+from app.core.errors import Conflict
+
+
+class MessageExists(Conflict):
+    code, title = "message_exists", "Message already exists"
+
+
+def refuse_taken(taken: str | None) -> None:
+    """409 for a client-chosen message id the thread already has (`MessageRepository.taken_id`)."""
+    if taken is not None:
+        raise MessageExists(
+            f"Message {taken!r} already exists in this thread; nothing was written.")
