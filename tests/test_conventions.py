@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
 from tests.support import ROOT
 
 APP = ROOT / "app"
+# Packages under app/ that are not slices: the shared layers, and `idempotency`, the
+# Idempotency-Key mechanism every appending slice uses.
+LAYERS = {"core", "db", "http", "idempotency"}
+SLICES = sorted(p.name for p in APP.iterdir()
+                if (p / "__init__.py").exists() and p.name not in LAYERS)
 
 
 def imports(path: Path) -> set[str]:
@@ -17,7 +23,19 @@ def imports(path: Path) -> set[str]:
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            names |= {f"{node.module}.{alias.name}" for alias in node.names}
     return names
+
+
+def imported_names(path: Path, module: str) -> set[str]:
+    """The names `path` imports from `module` itself (`from module import a, b`)."""
+    return {alias.name for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module == module
+            for alias in node.names}
+
+
+def test_there_are_slices() -> None:
+    assert {"threads", "messages", "compactions", "agent_states"} <= set(SLICES), SLICES
 
 
 def test_routers_are_thin() -> None:
@@ -29,12 +47,82 @@ def test_routers_are_thin() -> None:
         assert ".commit(" not in text and "select(" not in text, router
 
 
-def test_only_the_session_dependency_commits() -> None:
-    # Requests commit in app/db/session.py; the CLI's maintenance commands own their own.
-    allowed = {APP / "db" / "session.py", APP / "cli.py"}
+def test_no_slice_imports_another_slices_router_or_service() -> None:
+    for slice_name in SLICES:
+        for path in (APP / slice_name).rglob("*.py"):
+            for name in imports(path):
+                parts = name.split(".")
+                if len(parts) >= 3 and parts[0] == "app" and parts[1] in SLICES \
+                        and parts[1] != slice_name:
+                    assert parts[2] not in ("router", "service"), f"{path} imports {name}"
+
+
+def test_sql_lives_in_repositories() -> None:
+    """Statements are built only in repositories (and the database layer); services, routers,
+    the aggregate and the shared layers use no SQL construct."""
+    for path in APP.rglob("*.py"):
+        relative = path.relative_to(APP)
+        if (path.name in ("repository.py", "models.py") or relative.parts[0] == "db"
+                or relative == Path("auth/tenancy.py")  # the guard inspects compiled SQL
+                or relative == Path("cli.py")):
+            continue
+        for name in imports(path):
+            assert not name.startswith(("sqlalchemy.sql", "sqlalchemy.dialects",
+                                        "sqlalchemy.orm")), f"{path} imports {name}"
+        assert imported_names(path, "sqlalchemy") <= {"event"}, path
+
+
+def test_repositories_return_facts_and_services_decide_errors() -> None:
+    for path in APP.glob("*/repository.py"):
+        for name in imports(path):
+            assert not name.endswith((".errors", "errors.AppError")) \
+                and not name.startswith("app.core.errors"), f"{path} imports {name}"
+
+
+def test_core_knows_nothing_of_fastapi() -> None:
+    for path in (APP / "core").rglob("*.py"):
+        for name in imports(path):
+            assert not name.startswith(("fastapi", "starlette")), f"{path} imports {name}"
+
+
+def test_every_dependency_is_async() -> None:
+    """FastAPI runs a plain `def` dependency in its thread pool: a thread hop per request."""
+    from app.core.settings import Settings
+    from app.main import create_app
+
+    app = create_app(Settings(database_url="sqlite+aiosqlite:///:memory:", _env_file=None))  # type: ignore[call-arg]
+    seen = 0
+
+    def walk(dependant: object) -> None:
+        nonlocal seen
+        for dependency in getattr(dependant, "dependencies", []):
+            call = dependency.call
+            target = call if inspect.isfunction(call) else getattr(call, "__call__", call)  # noqa: B004
+            assert inspect.iscoroutinefunction(target) or inspect.isasyncgenfunction(target), (
+                f"{call} is a sync dependency")
+            seen += 1
+            walk(dependency)
+
+    def routes(items: list[object]) -> list[object]:
+        flat: list[object] = []
+        for item in items:  # FastAPI keeps included routers as they were declared
+            router = getattr(item, "original_router", None)
+            flat += routes(router.routes) if router is not None else [item]
+        return flat
+
+    for route in routes(app.routes):
+        if hasattr(route, "dependant"):
+            assert inspect.iscoroutinefunction(route.endpoint), route
+            walk(route.dependant)
+    assert seen > 20
+
+
+def test_only_the_request_dependency_commits() -> None:
+    # Requests commit in app/http/dependencies.py; the CLI's maintenance commands own theirs.
+    allowed = {APP / "http" / "dependencies.py", APP / "cli.py"}
     for path in APP.rglob("*.py"):
         if path not in allowed:
-            assert ".commit(" not in path.read_text(), f"{path} commits; services only flush"
+            assert ".commit(" not in path.read_text(), f"{path} commits; services only execute"
 
 
 def test_client_never_imports_app() -> None:
