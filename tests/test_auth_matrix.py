@@ -36,6 +36,9 @@ EXAMPLES: dict[tuple[str, str], Callable[[dict[str, str]], Any]] = {
         "source_message_ids": [learned["/v1/threads/{thread_id}/messages"]],
         "summary": {"role": "assistant", "content": "summary"},
     },
+    # A fork makes a thread whose id is in the body: a new one each time.
+    ("post", "/v1/threads/{thread_id}/fork"): lambda learned: {
+        "thread_id": f"fork-{uuid.uuid4().hex[:12]}"},
 }
 
 

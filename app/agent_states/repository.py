@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import BigInteger, insert, literal, select, tuple_
 
 from app.agent_states.models import AgentState
 from app.db.base import AnyRow, table
@@ -31,3 +32,22 @@ class AgentStateRepository(RevisionedRepository):
             stmt = stmt.where(tuple_(t.c.thread_id, t.c.agent_name) > tuple_(*after))
         stmt = stmt.order_by(t.c.thread_id, t.c.agent_name).limit(limit)
         return list((await self.connection.execute(stmt)).all())
+
+    async def copy(self, source_pk: int, target_pk: int, target_thread_id: str,
+                   now: datetime) -> list[str]:
+        """Copy a thread's live agent states into another thread, each as a new resource
+        (revision 1); returns their agent names."""
+        t = self.table
+        copied = await self.connection.execute(
+            insert(t).from_select(
+                ["tenant_id", "thread_pk", "thread_id", "agent_name", "revision", "state",
+                 "created_at", "updated_at"],
+                select(t.c.tenant_id, literal(target_pk, BigInteger),
+                       literal(target_thread_id, t.c.thread_id.type), t.c.agent_name,
+                       literal(1, BigInteger), t.c.state, literal(now, t.c.created_at.type),
+                       literal(now, t.c.updated_at.type))
+                .where(self._live(), t.c.thread_pk == source_pk)
+                .order_by(t.c.agent_name),
+            ).returning(t.c.agent_name)
+        )
+        return sorted(copied.scalars())

@@ -40,3 +40,5 @@ class Compaction(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     thread_revision: Mapped[int] = mapped_column(BigInteger)
     reverted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # The thread revision the revert produced (a fork before it sees the compaction live).
+    reverted_revision: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import BigInteger, case, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.compactions.models import Compaction
@@ -39,8 +39,33 @@ class CompactionRepository:
             stmt = stmt.where(c.c.seq > after_seq)
         return list((await self.connection.execute(stmt.order_by(c.c.seq).limit(limit))).all())
 
-    async def mark_reverted(self, thread_pk: int, compaction_id: str, now: datetime) -> None:
+    async def mark_reverted(self, thread_pk: int, compaction_id: str, revision: int,
+                            now: datetime) -> None:
         await self.connection.execute(
             update(c).where(self._thread(thread_pk), c.c.compaction_id == compaction_id)
-            .values(reverted_at=now)
+            .values(reverted_at=now, reverted_revision=revision)
         )
+
+    async def made_by(self, thread_pk: int, revision: int) -> list[AnyRow]:
+        """Every record (reverted ones too) made at or before `revision`, oldest first."""
+        return list((await self.connection.execute(
+            select(c.c.compaction_id, c.c.source_message_ids, c.c.summary_message_id,
+                   c.c.reverted_revision)
+            .where(self._thread(thread_pk), c.c.thread_revision <= revision).order_by(c.c.seq)
+        )).all())
+
+    async def copy(self, source_pk: int, target_pk: int, *, up_to_revision: int,
+                   revision: int) -> None:
+        """Copy the records made by `up_to_revision` into another thread, as they were then
+        (a revert after it is undone), stored there in `revision`."""
+        reverted = c.c.reverted_revision <= up_to_revision
+        columns = [column.name for column in c.c if column.name not in (
+            "thread_pk", "thread_revision", "reverted_at", "reverted_revision")]
+        await self.connection.execute(insert(c).from_select(
+            ["thread_pk", "thread_revision", "reverted_at", "reverted_revision", *columns],
+            select(literal(target_pk, BigInteger), literal(revision, BigInteger),
+                   case((reverted, c.c.reverted_at), else_=None),
+                   case((reverted, literal(revision, BigInteger)), else_=None),
+                   *(c.c[name] for name in columns))
+            .where(self._thread(source_pk), c.c.thread_revision <= up_to_revision),
+        ))

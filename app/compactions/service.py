@@ -114,8 +114,8 @@ class CompactionService:
         # Standing at the position of the run's last message puts the summary exactly where
         # the run stood in the live view, and right after it in the full view.
         summary = self.messages.row(thread.id, body.summary, seq=thread.last_seq,
-                                    position=sources[-1].position, now=now,
-                                    summary_of=compaction_id)
+                                    position=sources[-1].position, revision=thread.revision,
+                                    now=now, summary_of=compaction_id)
         await self.messages.insert([summary])
         record = {
             "thread_pk": thread.id, "seq": thread.last_seq, "compaction_id": compaction_id,
@@ -175,7 +175,7 @@ class CompactionService:
             )
         await self.messages.set_status(locked.id, sources, "live", None)
         await self.messages.set_status(locked.id, [record.summary_message_id], "reverted", None)
-        await self.repo.mark_reverted(locked.id, compaction_id, utcnow())
+        await self.repo.mark_reverted(locked.id, compaction_id, locked.revision, utcnow())
         self.uow.record("compaction.reverted", compaction_path(thread_id, compaction_id),
                         revision=locked.revision, thread_id=thread_id)
 

@@ -15,8 +15,13 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from pydantic_settings import PydanticBaseSettingsSource, SecretsSettingsSource
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 
 def data_dir() -> Path:
@@ -97,6 +102,10 @@ class Settings(BaseSettings):
     max_batch_messages: int = Field(100, ge=1)
     max_metadata_keys: int = Field(64, ge=1)
     idempotency_ttl_hours: int = Field(24, ge=24)
+    thread_history: int = Field(
+        100, ge=0, le=100_000,
+        description="Revisions of a thread's state history kept (a thread's `history_limit` "
+                    "overrides it); 0 keeps none.")
 
     # Access control (API.md section 9, docs/auth.md).
     auth_cache_seconds: float = Field(

@@ -8,9 +8,9 @@ from app.events.models import Event
 from app.idempotency.models import IdempotencyKey
 from app.mcp_servers.models import McpServer
 from app.messages.models import Message
-from app.threads.models import Thread
+from app.threads.models import Thread, ThreadRevision
 
 __all__ = [
     "AgentState", "ApiKey", "Base", "Compaction", "Event", "IdempotencyKey", "McpServer",
-    "Message", "Thread",
+    "Message", "Thread", "ThreadRevision",
 ]

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_seri
 from app.core.schemas import RowModel, Timestamp
 
 EventType = Literal[
-    "thread.created", "thread.updated", "thread.deleted",
+    "thread.created", "thread.updated", "thread.deleted", "thread.forked",
     "message.appended",
     "compaction.created", "compaction.reverted",
     "agent_state.created", "agent_state.updated", "agent_state.deleted",

@@ -58,3 +58,6 @@ class Message(Base):
     compacted_by: Mapped[str | None] = mapped_column(Name, nullable=True)
     # For a summary: the compaction that wrote it.
     summary_of: Mapped[str | None] = mapped_column(Name, nullable=True)
+    # The thread revision that stored it (0: stored before revisions were recorded here), so
+    # a fork can take the messages as they were at a revision.
+    revision: Mapped[int] = mapped_column(BigInteger, server_default="0")

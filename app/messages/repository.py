@@ -59,7 +59,7 @@ class MessageRepository:
         return taken
 
     def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
-            now: datetime, summary_of: str | None = None) -> dict[str, Any]:
+            revision: int, now: datetime, summary_of: str | None = None) -> dict[str, Any]:
         return {
             "thread_pk": thread_pk, "seq": seq, "tenant_id": self.tenant_id,
             "message_id": message.id or new_id("msg"), "position": position,
@@ -67,19 +67,21 @@ class MessageRepository:
             "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id,
             "agent_name": message.agent_name, "metadata": message.metadata,
             "created_at": now, "status": "live", "compacted_by": None,
-            "summary_of": summary_of,
+            "summary_of": summary_of, "revision": revision,
         }
 
     async def insert(self, rows: list[dict[str, Any]]) -> None:
         await self.connection.execute(insert(m), rows)
 
-    async def append(self, thread_pk: int, last_seq: int, messages: Sequence[MessageIn],
+    async def append(self, thread: Any, messages: Sequence[MessageIn],
                      now: datetime) -> list[SimpleNamespace]:
-        """Store `messages` as seqs `last_seq - n + 1 .. last_seq`, handed out by the caller's
-        UPDATE of the thread row (which also holds the row lock until commit). Returns the
-        stored rows. The caller has checked that their ids are free (`taken_id`)."""
-        first = last_seq - len(messages) + 1
-        rows = [self.row(thread_pk, msg, seq=first + i, position=first + i, now=now)
+        """Store `messages` as seqs `last_seq - n + 1 .. last_seq` of `thread`, the row the
+        caller's UPDATE returned (it handed the seqs out and holds the row lock until commit),
+        in its revision. Returns the stored rows. The caller has checked that their ids are
+        free (`taken_id`)."""
+        first = thread.last_seq - len(messages) + 1
+        rows = [self.row(thread.id, msg, seq=first + i, position=first + i,
+                         revision=thread.revision, now=now)
                 for i, msg in enumerate(messages)]
         await self.insert(rows)
         return [SimpleNamespace(**row) for row in rows]
@@ -140,3 +142,27 @@ class MessageRepository:
             update(m).where(self._thread(thread_pk), m.c.message_id.in_(ids))
             .values(status=status, compacted_by=compacted_by)
         )
+
+    async def copy(self, source_pk: int, target_pk: int, *, up_to_revision: int,
+                   revision: int) -> int:
+        """Copy the messages a thread had stored by `up_to_revision` into another thread
+        (same seqs, positions, ids and times; stored there in `revision`), every one live:
+        the caller then sets the statuses they had at that revision. Returns the last seq."""
+        columns = [column.name for column in m.c
+                   if column.name not in ("thread_pk", "status", "compacted_by", "revision")]
+        await self.connection.execute(insert(m).from_select(
+            ["thread_pk", "status", "compacted_by", "revision", *columns],
+            select(literal(target_pk, BigInteger), LIVE, literal(None, m.c.compacted_by.type),
+                   literal(revision, BigInteger), *(m.c[name] for name in columns))
+            .where(self._thread(source_pk), m.c.revision <= up_to_revision),
+        ))
+        last: int | None = await self.connection.scalar(
+            select(func.max(m.c.seq)).where(self._thread(target_pk)))
+        return last or 0
+
+    async def live_count(self, thread_pk: int) -> int:
+        """Live messages of a thread, counted (only forks need it: appends and compactions
+        keep the thread's `message_count` up to date)."""
+        return int(await self.connection.scalar(
+            select(func.count()).select_from(m).where(self._thread(thread_pk), m.c.status == LIVE)
+        ) or 0)

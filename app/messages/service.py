@@ -50,7 +50,7 @@ class MessageService:
         row = await self.threads.advance(thread_id, pre, seqs=count, live_delta=count,
                                          create=True)
         refuse_taken(await self.repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
-        stored = await self.repo.append(row.id, row.last_seq, messages, utcnow())
+        stored = await self.repo.append(row, messages, utcnow())
         self.uow.record("message.appended", messages_path(thread_id), revision=row.revision,
                         thread_id=thread_id)
         body = AppendOut(data=[MessageOut.from_row(r) for r in stored],

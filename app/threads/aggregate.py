@@ -42,6 +42,16 @@ class ThreadAggregate:
         self.uow.record(f"thread.{change}", thread_path(thread_id), revision=revision,
                         thread_id=thread_id)
 
+    def history_window(self, row: AnyRow) -> int:
+        """How many revisions of state history the thread keeps."""
+        limit: int | None = row.history_limit
+        return self.settings.thread_history if limit is None else limit
+
+    async def _keep(self, row: AnyRow) -> AnyRow:
+        """Every write that sets the state or metadata keeps them in the thread's history."""
+        await self.repo.keep_history(row.id, row.revision, self.history_window(row))
+        return row
+
     # --- reads -------------------------------------------------------------------------
 
     async def live(self, thread_id: str) -> AnyRow:
@@ -68,23 +78,26 @@ class ThreadAggregate:
             await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
         return pk
 
-    async def create(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> AnyRow | None:
-        """Explicit create: a new id, or a tombstoned one started afresh (holding seqs
-        1..`messages`). None if the thread is live."""
-        row = await self.repo.insert(thread_id, state, meta, now, messages)
+    async def create(self, thread_id: str, values: dict[str, Any], now: datetime,
+                     messages: int = 0) -> AnyRow | None:
+        """Explicit create with `values` (state, metadata, history_limit): a new id, or a
+        tombstoned one started afresh (holding seqs 1..`messages`). None if the thread is
+        live."""
+        row = await self.repo.insert(thread_id, values, now, messages)
         if row is None:
-            row = await self.repo.revive(thread_id, state, meta, now, messages)
+            row = await self.repo.revive(thread_id, values, now, messages)
         if row is not None:
             self.record("created", thread_id, row.revision)
+            await self._keep(row)
         return row
 
-    async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> AnyRow | None:
+    async def insert(self, thread_id: str, values: dict[str, Any], now: datetime,
+                     messages: int = 0) -> AnyRow | None:
         """Create a new id only, never revive a tombstone; None if the id exists."""
-        row = await self.repo.insert(thread_id, state, meta, now, messages)
+        row = await self.repo.insert(thread_id, values, now, messages)
         if row is not None:
             self.record("created", thread_id, row.revision)
+            await self._keep(row)
         return row
 
     async def advance(self, thread_id: str, pre: Preconditions, *, seqs: int = 0,
@@ -101,7 +114,7 @@ class ThreadAggregate:
         row = await self.repo.advance(thread_id, values=values, expected=expected, seqs=seqs,
                                       live_delta=live_delta, returning=returning)
         if row is not None:
-            return row
+            return await self._keep(row) if values else row
         if create and pre.if_match is None:
             # Also the path of a thread another request created since our UPDATE.
             await self.for_child_write(thread_id)
@@ -109,7 +122,7 @@ class ThreadAggregate:
                                           live_delta=live_delta, returning=returning)
             if row is None:  # deleted between the create and here
                 raise _deleted(thread_id)
-            return row
+            return await self._keep(row) if values else row
         await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
 
     async def refuse(self, thread_id: str, *, if_match_sent: bool = True) -> NoReturn:
@@ -141,7 +154,7 @@ class ThreadAggregate:
         if updated is None:  # only if the lock was not held (cannot happen on either backend)
             await self.refuse(row.thread_id)
         self.record("updated", row.thread_id, updated.revision)
-        return updated
+        return await self._keep(updated)
 
     async def for_child_write(self, thread_id: str, *, create: bool = True) -> AnyRow:
         """For writes to a thread's children that do not change its revision (agent states):
@@ -155,7 +168,7 @@ class ThreadAggregate:
         if row is None and create:
             # Insert only, never revive: a tombstone committed since our read (a DELETE that
             # won the race) must answer 410, not be resurrected by a late writer.
-            row = await self.insert(thread_id, {}, {}, utcnow())
+            row = await self.insert(thread_id, {"state": {}, "metadata": {}}, utcnow())
             if row is None:  # lost a race; the winner's row (live or tombstone) is there now
                 row = await self.repo.get(thread_id, lock="share", returning="keys")
         if row is None:

@@ -3,7 +3,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Index, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, BigIntPK, JSONType, Name, UTCDateTime
@@ -37,3 +44,28 @@ class Thread(Base):
     last_seq: Mapped[int] = mapped_column(BigInteger, default=0)
     # Live messages, maintained by appends and compactions (never a COUNT(*) over history).
     message_count: Mapped[int] = mapped_column(BigInteger, default=0)
+    # How many revisions of its state history the thread keeps; None: the server's setting
+    # (AGENTSTATE_THREAD_HISTORY).
+    history_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class ThreadRevision(Base):
+    """The state and metadata of a thread as one of its writes left them.
+
+    A row is written by every write that sets the state or metadata (create, PUT, PATCH), in
+    the same transaction, and rows older than the thread's history window are pruned by the
+    same statement. Appends, compactions and agent-state writes change neither, so they add
+    no row: the state at any revision is that of the newest row at or below it.
+    """
+
+    __tablename__ = "thread_revisions"
+    __table_args__ = (PrimaryKeyConstraint("thread_pk", "revision"),)
+
+    thread_pk: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("threads.id", ondelete="CASCADE")
+    )
+    revision: Mapped[int] = mapped_column(BigInteger)
+    tenant_id: Mapped[str] = mapped_column(Name)
+    state: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONType)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -11,20 +11,32 @@ from datetime import datetime
 from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, and_, bindparam, delete, insert, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import AnyRow, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
-from app.threads.models import Thread
+from app.threads.models import Thread, ThreadRevision
 
 t = table(Thread)
+h = table(ThreadRevision)
 Lock = Literal["update", "share"] | None
 Expectation = Literal["any", "one", "many"]
 # "all": the whole row comes back; "keys": only what a write to the thread's children needs,
 # so an append never pays for the size of the thread's state.
 Returning = Literal["all", "keys"]
-_KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at)
+_KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at, t.c.history_limit)
 
 # The statements every request runs are built once per shape, with a parameter for every
 # value (docs/CONVENTIONS.md, "Statements"): building and keying a statement costs about as
@@ -63,6 +75,33 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
     return stmt.returning(*(t.c if returning == "all" else _KEYS))
 
 
+@cache
+def _keep_history(postgres: bool) -> tuple[Any, ...]:
+    """Copy the thread's row as its newest history entry and drop the entries the window no
+    longer needs: those older than the newest one at or below `oldest` (the first revision of
+    the window), which still tells the state of every revision in the window.
+
+    On Postgres one statement (the DELETE as a CTE), so a state write pays one round trip for
+    its history; on SQLite two.
+    """
+    mine = and_(h.c.tenant_id == bindparam("tenant"), h.c.thread_pk == bindparam("pk"))
+    copy = insert(h).from_select(
+        ["thread_pk", "revision", "tenant_id", "state", "metadata", "updated_at"],
+        select(t.c.id, t.c.revision, t.c.tenant_id, t.c.state, t.c.metadata, t.c.updated_at)
+        .where(t.c.tenant_id == bindparam("tenant"), t.c.id == bindparam("pk")),
+    )
+    oldest = bindparam("oldest", type_=BigInteger)
+    floor: Any = (select(func.max(h.c.revision)).where(mine, h.c.revision <= oldest)
+                  .scalar_subquery())
+    if postgres:
+        # The CTE's DELETE does not see the row the INSERT adds, which is the floor itself
+        # when the window is one revision wide.
+        revision = bindparam("revision", type_=BigInteger)
+        floor = func.greatest(floor, case((revision <= oldest, revision)))
+        return (copy.add_cte(delete(h).where(mine, h.c.revision < floor).cte("pruned")),)
+    return copy, delete(h).where(mine, h.c.revision < floor)
+
+
 class ThreadRepository:
     def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
         self.connection = connection
@@ -84,30 +123,36 @@ class ThreadRepository:
         pk: int | None = await self.connection.scalar(_LIVE_PK, self._params(thread_id))
         return pk
 
-    async def insert(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> AnyRow | None:
-        """Create at revision 1 (holding seqs 1..`messages`); None if the id exists (live or
-        tombstone)."""
+    async def insert(self, thread_id: str, values: dict[str, Any], now: datetime,
+                     messages: int = 0) -> AnyRow | None:
+        """Create at revision 1 with `values` (state, metadata, history_limit), holding seqs
+        1..`messages`; None if the id exists (live or tombstone)."""
         stmt = (
             insert_ignoring_conflicts(self.connection, t, ["tenant_id", "thread_id"])
-            .values(tenant_id=self.tenant_id, thread_id=thread_id, revision=1, state=state,
-                    metadata=meta, created_at=now, updated_at=now, last_seq=messages,
-                    message_count=messages)
+            .values(tenant_id=self.tenant_id, thread_id=thread_id, revision=1, created_at=now,
+                    updated_at=now, last_seq=messages, message_count=messages, **values)
             .returning(*t.c)
         )
         return (await self.connection.execute(stmt)).first()
 
-    async def revive(self, thread_id: str, state: dict[str, Any], meta: dict[str, Any],
-                     now: datetime, messages: int = 0) -> AnyRow | None:
+    async def revive(self, thread_id: str, values: dict[str, Any], now: datetime,
+                     messages: int = 0) -> AnyRow | None:
         """Start a tombstoned id afresh; its revision continues after the deletion's."""
         stmt = (
             update(t)
             .where(_KEY, t.c.deleted_at.is_not(None))
-            .values(revision=t.c.revision + 1, state=state, metadata=meta, created_at=now,
-                    updated_at=now, deleted_at=None, last_seq=messages, message_count=messages)
+            .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
+                    last_seq=messages, message_count=messages,
+                    **{"history_limit": None, **values})
             .returning(*t.c)
         )
         return (await self.connection.execute(stmt, self._params(thread_id))).first()
+
+    async def set_log(self, thread_pk: int, *, last_seq: int, message_count: int) -> None:
+        """Set a new thread's message counters (a fork copies its log after the create)."""
+        await self.connection.execute(
+            update(t).where(t.c.tenant_id == self.tenant_id, t.c.id == thread_pk)
+            .values(last_seq=last_seq, message_count=message_count))
 
     async def advance(self, thread_id: str, *, values: dict[str, Any] | None = None,
                       expected: Collection[int] | None = None, seqs: int = 0,
@@ -127,6 +172,35 @@ class ThreadRepository:
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
         return (await self.connection.execute(stmt, params)).first()
+
+    async def keep_history(self, thread_pk: int, revision: int, window: int) -> None:
+        """Record the thread's current state as revision `revision` of its history, keeping
+        what the last `window` revisions need (0: keep nothing)."""
+        if window <= 0:
+            await self.connection.execute(
+                delete(h).where(h.c.tenant_id == self.tenant_id, h.c.thread_pk == thread_pk))
+            return
+        params = {"tenant": self.tenant_id, "pk": thread_pk, "revision": revision,
+                  "oldest": revision - window + 1}
+        for stmt in _keep_history(dialect_name(self.connection) == "postgresql"):
+            await self.connection.execute(stmt, params)
+
+    async def history_at(self, thread_pk: int, revision: int) -> AnyRow | None:
+        """The history entry that tells the state at `revision`: the newest at or below it."""
+        return (await self.connection.execute(
+            select(h).where(h.c.tenant_id == self.tenant_id, h.c.thread_pk == thread_pk,
+                            h.c.revision <= revision)
+            .order_by(h.c.revision.desc()).limit(1)
+        )).first()
+
+    async def history(self, thread_pk: int, *, before: int | None,
+                      limit: int) -> list[AnyRow]:
+        """History entries, newest first, below revision `before` when given."""
+        stmt = select(h).where(h.c.tenant_id == self.tenant_id, h.c.thread_pk == thread_pk)
+        if before is not None:
+            stmt = stmt.where(h.c.revision < before)
+        stmt = stmt.order_by(h.c.revision.desc()).limit(limit)
+        return list((await self.connection.execute(stmt)).all())
 
     async def delete(self, thread_id: str, revision: int, now: datetime) -> int | None:
         """Delete a live thread at `revision` (children go by ON DELETE CASCADE) and leave a

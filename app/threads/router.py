@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
 from app.http.dependencies import Reader, SettingsDep, Writer
@@ -14,9 +14,11 @@ from app.http.problems import responses
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
     ThreadCreate,
+    ThreadFork,
     ThreadOut,
     ThreadPatch,
     ThreadReplace,
+    ThreadRevisionOut,
     ThreadWithMessages,
 )
 from app.threads.service import ThreadService
@@ -92,3 +94,36 @@ async def delete_thread(thread_id: ThreadId, uow: Writer, settings: SettingsDep,
                         pre: Conditions) -> Response:
     await ThreadService(uow, settings).delete(thread_id, pre)
     return Response(status_code=204)
+
+
+@router.get("/{thread_id}/revisions", responses=responses(404),
+            summary="List a thread's kept state history, newest first")
+async def list_thread_revisions(
+    thread_id: ThreadId, request: Request, response: Response, uow: Reader,
+    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+) -> Page[ThreadRevisionOut]:
+    """One entry per write that set the state or metadata (create, PUT, PATCH), kept for the
+    thread's last `history_limit` revisions."""
+    page = await ThreadService(uow, settings).revisions(thread_id, limit=limit, cursor=cursor)
+    return linked(request, response, page)
+
+
+@router.get("/{thread_id}/revisions/{revision}", responses=responses(404),
+            summary="Get a thread's state and metadata as they were at a revision")
+async def get_thread_revision(
+    thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+    revision: Annotated[int, Path(ge=1, le=2**62)],
+) -> ThreadRevisionOut:
+    return await ThreadService(uow, settings).revision(thread_id, revision)
+
+
+@router.post("/{thread_id}/fork", status_code=201, responses=responses(404, 412),
+             summary="Fork a thread at a revision into a new thread")
+async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response, uow: Writer,
+                      settings: SettingsDep) -> ThreadOut:
+    """The new thread gets the state and metadata of that revision, the messages and
+    compactions as they were then, and the agent states. 412 `already_exists` if the new id
+    is a live thread; 422 `revision_not_kept` for a revision outside the kept history."""
+    thread = await ThreadService(uow, settings).fork(thread_id, body)
+    response.headers["Location"] = thread_path(thread.thread_id)
+    return with_etag(response, thread, thread.revision)

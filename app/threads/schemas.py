@@ -1,20 +1,31 @@
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Annotated, Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 from app.messages.schemas import MessageIn, MessageOut
+
+HistoryLimit = Annotated[int, Field(
+    ge=0, le=100_000,
+    description="How many revisions of state history this thread keeps (0: none); null or "
+                "omitted on create: the server's setting (`AGENTSTATE_THREAD_HISTORY`).",
+)]
 
 
 class ThreadCreate(Strict):
     thread_id: Name | None = Field(None, description="Omit to get a server-generated `thr_...` id.")
     state: JsonObject = Field(default_factory=dict)
     metadata: JsonObject = Field(default_factory=dict)
+    history_limit: HistoryLimit | None = None
 
 
 class ThreadReplace(Strict):
     state: JsonObject
     metadata: JsonObject | None = Field(None, description="Omitted: the stored metadata is kept.")
+    history_limit: HistoryLimit | None = Field(
+        None, description="Omitted: the stored value is kept; null: the server's setting.")
     append_messages: list[MessageIn] | None = Field(
         None, description="Appended in the same transaction and under the same revision "
         "(events `thread.updated` and `message.appended`).",
@@ -22,10 +33,12 @@ class ThreadReplace(Strict):
 
 
 class ThreadPatch(Strict):
-    """RFC 7396 merge-patch of the representation; only `state` and `metadata` can change."""
+    """RFC 7396 merge-patch of the representation; `state`, `metadata` and `history_limit`
+    can change (`"history_limit": null` goes back to the server's setting)."""
 
     state: JsonObject | None = None
     metadata: JsonObject | None = None
+    history_limit: HistoryLimit | None = None
 
 
 class ThreadOut(RowModel):
@@ -36,6 +49,15 @@ class ThreadOut(RowModel):
     created_at: Timestamp
     updated_at: Timestamp
     message_count: int
+    history_limit: int | None = Field(
+        None, description="Revisions of state history kept; absent: the server's setting.")
+
+    @model_serializer(mode="wrap")
+    def _drop_default_history(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
+        data = handler(self)
+        if data.get("history_limit") is None:
+            data.pop("history_limit", None)
+        return data
 
 
 class ThreadWithMessages(ThreadOut):
@@ -45,3 +67,29 @@ class ThreadWithMessages(ThreadOut):
     messages_next_cursor: str | None = Field(
         None, description="Pass as `cursor` to GET .../messages for the next page."
     )
+
+
+class ThreadRevisionOut(RowModel):
+    """The state and metadata of a thread as they were at `revision`."""
+
+    revision: int = Field(description="The revision asked for.")
+    state_revision: int = Field(
+        description="The write that set this state and metadata: `revision` itself, or the "
+                    "last one before it (appends and compactions do not change the state).")
+    state: JsonObject
+    metadata: JsonObject
+    updated_at: Timestamp = Field(description="When `state_revision` was written.")
+
+    @classmethod
+    def from_row(cls, row: Any, revision: int | None = None) -> ThreadRevisionOut:
+        return cls(revision=row.revision if revision is None else revision,
+                   state_revision=row.revision, state=row.state, metadata=row.metadata,
+                   updated_at=row.updated_at)
+
+
+class ThreadFork(Strict):
+    thread_id: Name = Field(description="The new thread's id; it must not exist (as "
+                            "`If-None-Match: *`): a deleted id is started afresh.")
+    revision: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="The revision of the source to fork from; default: the current one. "
+                          "It must be within the source's kept history.")

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from app.core.errors import AlreadyExists
+from app.agent_states.repository import AgentStateRepository
+from app.compactions.repository import CompactionRepository
+from app.core.errors import AlreadyExists, NotFound, Unprocessable
 from app.core.ids import new_id
 from app.core.limits import check_metadata
 from app.core.mergepatch import merge_patch
@@ -24,18 +26,32 @@ from app.messages.schemas import (
     messages_path,
     page_key,
 )
-from app.threads.aggregate import ThreadAggregate
+from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import (
     ThreadCreate,
+    ThreadFork,
     ThreadOut,
     ThreadPatch,
     ThreadReplace,
+    ThreadRevisionOut,
     ThreadWithMessages,
 )
 
 CURSOR = "threads"
+HISTORY_CURSOR = "revisions"
+
+
+def _values(body: ThreadCreate | ThreadReplace, *, create: bool = False) -> dict[str, Any]:
+    """The thread columns a create or replace sets: what it omits is kept (or, on create,
+    defaulted)."""
+    values: dict[str, Any] = {"state": body.state}
+    if body.metadata is not None or create:
+        values["metadata"] = body.metadata or {}
+    if "history_limit" in body.model_fields_set:
+        values["history_limit"] = body.history_limit
+    return values
 
 
 class ThreadService:
@@ -48,7 +64,7 @@ class ThreadService:
     async def create(self, body: ThreadCreate) -> ThreadOut:
         check_metadata(body.metadata, self.settings)
         thread_id = body.thread_id or new_id("thr")
-        row = await self.threads.create(thread_id, body.state, body.metadata, utcnow())
+        row = await self.threads.create(thread_id, _values(body, create=True), utcnow())
         if row is None:
             raise ThreadExists(f"Thread {thread_id!r} already exists.")
         return ThreadOut.from_row(row)
@@ -84,8 +100,7 @@ class ThreadService:
 
     async def _create_only(self, thread_id: str, body: ThreadReplace, count: int) -> AnyRow:
         """If-None-Match: *: a new id, or a tombstoned one started afresh; 412 if live."""
-        row = await self.threads.create(thread_id, body.state, body.metadata or {}, utcnow(),
-                                        count)
+        row = await self.threads.create(thread_id, _values(body, create=True), utcnow(), count)
         if row is None:
             current = await self.repo.get(thread_id, returning="keys")
             raise AlreadyExists(current.revision if current is not None else None)
@@ -94,10 +109,7 @@ class ThreadService:
     async def _update(self, thread_id: str, body: ThreadReplace, pre: Preconditions,
                       count: int) -> AnyRow:
         """A replace of the live thread at one of the revisions If-Match names (any, with `*`)."""
-        values: dict[str, Any] = {"state": body.state}
-        if body.metadata is not None:
-            values["metadata"] = body.metadata
-        row = await self.threads.advance(thread_id, pre, values=values, seqs=count,
+        row = await self.threads.advance(thread_id, pre, values=_values(body), seqs=count,
                                          live_delta=count, returning="all")
         self.threads.record("updated", thread_id, row.revision)
         return row
@@ -106,8 +118,8 @@ class ThreadService:
                       count: int) -> tuple[AnyRow, bool]:
         """No If-Match: create a new id; an existing thread is judged by section 2 (428
         unless last-writer-wins is configured), a tombstone is 410."""
-        created = await self.threads.insert(thread_id, body.state, body.metadata or {},
-                                            utcnow(), count)
+        created = await self.threads.insert(thread_id, _values(body, create=True), utcnow(),
+                                            count)
         if created is not None:
             return created, True
         current = await self.repo.get(thread_id, returning="keys")
@@ -126,7 +138,7 @@ class ThreadService:
             return
         repo = MessageRepository(self.uow.connection, self.uow.tenant_id)
         refuse_taken(await repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
-        await repo.append(row.id, row.last_seq, messages, utcnow())
+        await repo.append(row, messages, utcnow())
         self.uow.record("message.appended", messages_path(row.thread_id),
                         revision=row.revision, thread_id=row.thread_id)
 
@@ -141,6 +153,8 @@ class ThreadService:
                 merge_patch(row.metadata, body.metadata) if body.metadata is not None else {}
             )
             check_metadata(values["metadata"], self.settings)
+        if "history_limit" in body.model_fields_set:
+            values["history_limit"] = body.history_limit
         return ThreadOut.from_row(await self.threads.change(row, values))
 
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
@@ -158,3 +172,73 @@ class ThreadService:
         return split_page(CURSOR, rows, limit,
                           lambda row: [row.created_at.isoformat(), row.thread_id],
                           ThreadOut.from_row)
+
+    async def revisions(self, thread_id: str, *, limit: int,
+                        cursor: str | None) -> Page[ThreadRevisionOut]:
+        """The kept history entries, newest first: one per write that set the state."""
+        after = decode_cursor(HISTORY_CURSOR, cursor, 1)
+        if after is not None and type(after[0]) is not int:
+            raise bad_cursor()
+        pk = await self.threads.live_pk(thread_id)
+        rows = await self.repo.history(pk, before=after[0] if after else None, limit=limit + 1)
+        return split_page(HISTORY_CURSOR, rows, limit, lambda row: [row.revision],
+                          ThreadRevisionOut.from_row)
+
+    async def revision(self, thread_id: str, revision: int) -> ThreadRevisionOut:
+        """The state and metadata as they were at `revision`: 404 beyond the current one or
+        before the kept history."""
+        thread = await self.threads.live(thread_id)
+        entry = (await self.repo.history_at(thread.id, revision)
+                 if revision <= thread.revision else None)
+        if entry is None:
+            raise NotFound(
+                f"Revision {revision} of thread {thread_id!r} is not kept: the thread is at "
+                f"revision {thread.revision} and keeps "
+                f"{self.threads.history_window(thread)} revisions of history.")
+        return ThreadRevisionOut.from_row(entry, revision)
+
+    async def fork(self, thread_id: str, body: ThreadFork) -> ThreadOut:
+        """A new thread from a revision of this one: its state and metadata then, its
+        messages and compactions as they were then, and its agent states (as they are: agent
+        states keep no history). The new thread starts its own revisions and history."""
+        source = await self.threads.live(thread_id)
+        at = body.revision or source.revision
+        entry = await self.repo.history_at(source.id, at) if at <= source.revision else None
+        if entry is None:
+            raise Unprocessable(
+                f"Thread {thread_id!r} is at revision {source.revision} and keeps "
+                f"{self.threads.history_window(source)} revisions of history; revision {at} "
+                "cannot be forked.",
+                errors=[{"pointer": "/revision", "code": "revision_not_kept",
+                         "message": "not within the thread's kept history"}])
+        now = utcnow()
+        fork = await self.threads.create(
+            body.thread_id, {"state": entry.state, "metadata": entry.metadata,
+                             "history_limit": source.history_limit}, now)
+        if fork is None:
+            current = await self.repo.get(body.thread_id, returning="keys")
+            raise AlreadyExists(current.revision if current is not None else None)
+        messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
+        last_seq = await messages.copy(source.id, fork.id, up_to_revision=at,
+                                       revision=fork.revision)
+        compactions = CompactionRepository(self.uow.connection, self.uow.tenant_id)
+        records = await compactions.made_by(source.id, at)
+        await compactions.copy(source.id, fork.id, up_to_revision=at, revision=fork.revision)
+        for record in records:  # the statuses the messages had at that revision
+            if record.reverted_revision is not None and record.reverted_revision <= at:
+                await messages.set_status(fork.id, [record.summary_message_id], "reverted",
+                                          None)
+            else:
+                await messages.set_status(fork.id, record.source_message_ids, "compacted",
+                                          record.compaction_id)
+        await self.repo.set_log(fork.id, last_seq=last_seq,
+                                message_count=await messages.live_count(fork.id))
+        states = AgentStateRepository(self.uow.connection, self.uow.tenant_id)
+        for agent_name in await states.copy(source.id, fork.id, body.thread_id, now):
+            self.uow.record("agent_state.created",
+                            f"{thread_path(body.thread_id)}/agents/{agent_name}/state",
+                            revision=1, thread_id=body.thread_id)
+        self.uow.record("thread.forked", thread_path(body.thread_id), revision=fork.revision,
+                        thread_id=body.thread_id)
+        return ThreadOut.from_row(await self.threads.live(body.thread_id))
+

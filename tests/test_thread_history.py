@@ -1,0 +1,209 @@
+"""A thread's state history and forks (issue 15, "history for plain threads"), on SQLite and
+Postgres, through HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.core.settings import Settings
+from tests.conftest import http_client, running
+from tests.support import drain
+from tests.test_compactions import compact, thread_with, view
+from tests.test_messages import all_messages
+
+pytestmark = pytest.mark.anyio
+
+
+def put(client: httpx.AsyncClient, uid: str, state: dict, revision: int | None = None,
+        **body: object) -> object:
+    headers = {"If-Match": f'"{revision}"'} if revision else {"If-None-Match": "*"}
+    return client.put(f"/v1/threads/{uid}", json={"state": state, **body}, headers=headers)
+
+
+async def history(client: httpx.AsyncClient, uid: str) -> list[tuple[int, dict]]:
+    entries: list[tuple[int, dict]] = []
+    cursor = None
+    while True:
+        page = await client.get(f"/v1/threads/{uid}/revisions",
+                                params={"limit": 2, **({"cursor": cursor} if cursor else {})})
+        assert page.status_code == 200, page.text
+        body = page.json()
+        entries += [(e["revision"], e["state"]) for e in body["data"]]
+        for entry in body["data"]:
+            assert entry["state_revision"] == entry["revision"]
+        if not body["has_more"]:
+            return entries
+        cursor = body["next_cursor"]
+
+
+async def test_every_state_write_is_kept_and_any_revision_reads_back(
+        client: httpx.AsyncClient, uid: str) -> None:
+    assert (await put(client, uid, {"step": 1}, metadata={"m": 1})).status_code == 201  # 1
+    assert (await put(client, uid, {"step": 2}, 1)).status_code == 200  # 2
+    await client.post(f"/v1/threads/{uid}/messages", json={"role": "user", "content": "hi"})  # 3
+    patched = await client.patch(f"/v1/threads/{uid}", json={"state": {"extra": True}},
+                                 headers={"If-Match": '"3"'})  # 4
+    assert patched.status_code == 200 and patched.json()["revision"] == 4
+
+    assert await history(client, uid) == [
+        (4, {"step": 2, "extra": True}), (2, {"step": 2}), (1, {"step": 1})]
+    at3 = await client.get(f"/v1/threads/{uid}/revisions/3")
+    assert at3.status_code == 200
+    assert at3.json()["revision"] == 3 and at3.json()["state_revision"] == 2, \
+        "an append keeps the state it found"
+    assert at3.json()["state"] == {"step": 2} and at3.json()["metadata"] == {"m": 1}
+    for missing in (5, 10**12):
+        response = await client.get(f"/v1/threads/{uid}/revisions/{missing}")
+        assert response.status_code == 404, missing
+        assert response.headers["content-type"] == "application/problem+json"
+    assert (await client.get(f"/v1/threads/{uid}/revisions/0")).status_code == 422
+    assert (await client.get(f"/v1/threads/nope-{uid}/revisions")).status_code == 404
+
+
+async def test_history_keeps_only_the_window(client: httpx.AsyncClient, uid: str) -> None:
+    """`history_limit` revisions, pruned by the write itself: storage stays bounded."""
+    assert (await put(client, uid, {"n": 1}, history_limit=3)).json()["history_limit"] == 3
+    for n in range(2, 11):
+        assert (await put(client, uid, {"n": n}, n - 1)).status_code == 200
+    assert await history(client, uid) == [(10, {"n": 10}), (9, {"n": 9}), (8, {"n": 8})]
+    assert (await client.get(f"/v1/threads/{uid}/revisions/7")).status_code == 404
+
+    # Appends take revisions without changing the state: the entry that still tells the
+    # state of the window's oldest revision stays.
+    for _ in range(4):
+        await client.post(f"/v1/threads/{uid}/messages", json={"role": "user", "content": "x"})
+    assert await history(client, uid) == [(10, {"n": 10}), (9, {"n": 9}), (8, {"n": 8})]
+    assert (await put(client, uid, {"n": 15}, 14)).status_code == 200
+    assert await history(client, uid) == [(15, {"n": 15}), (10, {"n": 10})]
+    assert (await client.get(f"/v1/threads/{uid}/revisions/13")).json()["state"] == {"n": 10}
+
+    # null goes back to the server's setting; 0 keeps nothing.
+    reset = await client.patch(f"/v1/threads/{uid}", json={"history_limit": None},
+                               headers={"If-Match": '"15"'})
+    assert reset.status_code == 200 and "history_limit" not in reset.json()
+    none = await client.patch(f"/v1/threads/{uid}", json={"history_limit": 0},
+                              headers={"If-Match": '"16"'})
+    assert none.json()["history_limit"] == 0
+    assert await history(client, uid) == []
+    assert (await client.get(f"/v1/threads/{uid}/revisions/17")).status_code == 404
+    bad = await client.patch(f"/v1/threads/{uid}", json={"history_limit": -1},
+                             headers={"If-Match": '"17"'})
+    assert bad.status_code == 422
+
+
+@pytest.fixture
+async def short_history(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
+    async with running(settings.model_copy(update={"thread_history": 2})) as app, \
+            http_client(app) as c:
+        yield c
+
+
+async def test_the_server_setting_is_the_default_window(short_history: httpx.AsyncClient,
+                                                        uid: str) -> None:
+    await put(short_history, uid, {"n": 1})
+    for n in range(2, 6):
+        await put(short_history, uid, {"n": n}, n - 1)
+    assert [r for r, _ in await history(short_history, uid)] == [5, 4]
+
+
+async def test_concurrent_writers_still_get_412(client: httpx.AsyncClient, uid: str) -> None:
+    """Keeping history adds statements to a write; the check-and-increment stays atomic."""
+    await put(client, uid, {"n": 0})
+    answers = await asyncio.gather(*(put(client, uid, {"n": i}, 1) for i in range(1, 21)))
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] + [412] * 19
+    winner = next(a for a in answers if a.status_code == 200).json()["state"]
+    assert await history(client, uid) == [(2, winner), (1, {"n": 0})]
+
+
+async def test_fork_takes_the_thread_as_it_was(app, client: httpx.AsyncClient, uid: str) -> None:
+    url = await thread_with(client, uid, 4)  # revision 2: created (1), appended m1..m4 (2)
+    await client.patch(f"/v1/threads/{uid}", json={"state": {"phase": "a"}},
+                       headers={"If-Match": '"2"'})  # 3
+    await client.put(f"/v1/threads/{uid}/agents/planner/state", json={"state": {"p": 1}})
+    assert (await compact(client, uid, ["m2", "m3"], "sum")).status_code == 201  # 4
+    await client.post(url, json={"id": "m5", "role": "user", "content": "later"})  # 5
+    await client.patch(f"/v1/threads/{uid}", json={"state": {"phase": "b"}},
+                       headers={"If-Match": '"5"'})  # 6
+    source_full = await view(client, uid, "full")
+    _, cursor = await drain(client)
+
+    # At revision 3: four live messages, the state then, no compaction yet.
+    early = await client.post(f"/v1/threads/{uid}/fork",
+                              json={"thread_id": f"early-{uid}", "revision": 3})
+    assert early.status_code == 201, early.text
+    assert early.headers["location"] == f"/v1/threads/early-{uid}"
+    body = early.json()
+    assert (body["revision"], body["state"], body["message_count"]) == (1, {"phase": "a"}, 4)
+    assert await view(client, f"early-{uid}", "full") == [
+        ("m1", "live"), ("m2", "live"), ("m3", "live"), ("m4", "live")]
+    assert (await client.get(f"/v1/threads/early-{uid}/compactions")).json()["data"] == []
+    agent = await client.get(f"/v1/threads/early-{uid}/agents/planner/state")
+    assert agent.status_code == 200 and agent.json()["state"] == {"p": 1}
+    assert agent.json()["revision"] == 1
+
+    # At the current revision: the same views, seqs, ids and compaction record.
+    now = await client.post(f"/v1/threads/{uid}/fork", json={"thread_id": f"now-{uid}"})
+    assert now.status_code == 201 and now.json()["state"] == {"phase": "b"}
+    assert await view(client, f"now-{uid}", "full") == source_full
+    assert [(m["id"], m["seq"], m["position"]) for m in await all_messages(client, f"now-{uid}")] \
+        == [(m["id"], m["seq"], m["position"]) for m in await all_messages(client, uid)]
+    records = (await client.get(f"/v1/threads/now-{uid}/compactions")).json()["data"]
+    assert [r["source_message_ids"] for r in records] == [["m2", "m3"]]
+    assert now.json()["message_count"] == (await client.get(f"/v1/threads/{uid}")).json()[
+        "message_count"]
+
+    # The fork is a thread of its own: the next append takes the next seq there only.
+    appended = await client.post(f"/v1/threads/now-{uid}/messages",
+                                 json={"role": "user", "content": "only in the fork"})
+    assert appended.json()["data"][0]["seq"] == 7
+    assert len(await all_messages(client, uid, view="full")) == 6
+    events, _ = await drain(client, cursor)
+    assert [(e["type"], e["thread_id"]) for e in events if e["thread_id"] == f"now-{uid}"] == [
+        ("thread.created", f"now-{uid}"), ("agent_state.created", f"now-{uid}"),
+        ("thread.forked", f"now-{uid}"), ("message.appended", f"now-{uid}")]
+
+
+async def test_fork_undoes_a_later_revert(client: httpx.AsyncClient, uid: str) -> None:
+    await thread_with(client, uid, 3)  # 2
+    made = await compact(client, uid, ["m1", "m2"], "sum")  # 3
+    reverted = await client.delete(f"/v1/threads/{uid}/compactions/{made.json()['id']}")  # 4
+    assert reverted.status_code == 204
+    at3 = await client.post(f"/v1/threads/{uid}/fork",
+                            json={"thread_id": f"at3-{uid}", "revision": 3})
+    assert await view(client, f"at3-{uid}", "live") == [
+        (made.json()["summary_message_id"], "live"), ("m3", "live")]
+    assert at3.json()["message_count"] == 2
+    at4 = await client.post(f"/v1/threads/{uid}/fork", json={"thread_id": f"at4-{uid}"})
+    assert await view(client, f"at4-{uid}", "full") == await view(client, uid, "full")
+    assert at4.json()["message_count"] == 3
+
+
+async def test_fork_refusals(client: httpx.AsyncClient, uid: str) -> None:
+    await put(client, uid, {"n": 1}, history_limit=1)
+    await put(client, uid, {"n": 2}, 1)
+    await put(client, f"taken-{uid}", {})
+    cases = [
+        ({"thread_id": f"taken-{uid}"}, 412, "already_exists"),
+        ({"thread_id": f"new-{uid}", "revision": 1}, 422, "revision_not_kept"),
+        ({"thread_id": f"new-{uid}", "revision": 3}, 422, "revision_not_kept"),
+        ({"thread_id": ".bad"}, 422, "string_pattern_mismatch"),
+        ({"thread_id": f"new-{uid}", "extra": 1}, 422, "unknown_field"),
+    ]
+    for body, status, code in cases:
+        response = await client.post(f"/v1/threads/{uid}/fork", json=body)
+        assert response.status_code == status, (body, response.text)
+        problem = response.json()
+        assert code in (problem["code"], *(e["code"] for e in problem.get("errors", []))), body
+    missing = await client.post(f"/v1/threads/nope-{uid}/fork", json={"thread_id": f"x-{uid}"})
+    assert missing.status_code == 404
+    assert (await client.get(f"/v1/threads/new-{uid}")).status_code == 404, "nothing written"
+    # A deleted id is started afresh, its revisions continuing after the deletion's.
+    await client.delete(f"/v1/threads/taken-{uid}", headers={"If-Match": '"1"'})
+    revived = await client.post(f"/v1/threads/{uid}/fork", json={"thread_id": f"taken-{uid}"})
+    assert revived.status_code == 201 and revived.json()["revision"] == 3
+    assert revived.json()["state"] == {"n": 2}
