@@ -4,6 +4,11 @@ Postgres gets a fresh database per test run on the local server
 (AGENTSTATE_TEST_POSTGRES_URL, default postgresql://postgres@127.0.0.1:5432/postgres),
 migrated with the project's own migrations. AGENTSTATE_TEST_BACKENDS=sqlite (or postgres)
 narrows the run.
+
+`@pytest.mark.postgres_only(reason=...)` marks a test of something only Postgres has
+(killing a backend, a connection limit, advisory locks between processes), and says why in
+`reason`. Its SQLite instances are deselected at collection, so they neither run nor show up
+as skips; the test must take the backend through `database_url` (or `secured_database_url`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,30 @@ from app.main import create_app
 from tests.support import create_postgres_database, drop_postgres_database
 
 BACKENDS = [b for b in os.environ.get("AGENTSTATE_TEST_BACKENDS", "sqlite,postgres").split(",") if b]
+BACKEND_FIXTURES = ("database_url", "secured_database_url")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the SQLite instances of `postgres_only` tests."""
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        marker = item.get_closest_marker("postgres_only")
+        if marker is None:
+            keep.append(item)
+            continue
+        if not marker.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: postgres_only(reason=...) must say why")
+        params = getattr(item, "callspec", None)
+        backends = {params.params[name] for name in BACKEND_FIXTURES
+                    if params is not None and name in params.params}
+        if not backends:
+            raise pytest.UsageError(
+                f"{item.nodeid} is postgres_only but takes no backend (database_url)")
+        (keep if backends == {"postgres"} else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

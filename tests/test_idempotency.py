@@ -115,19 +115,18 @@ async def test_concurrent_retries_write_once(app, uid: str) -> None:
         await asyncio.gather(*(c.aclose() for c in clients))
 
 
-async def test_in_flight_across_server_processes(database_url: str, backend: str,
-                                                 uid: str) -> None:
+@pytest.mark.slow
+@pytest.mark.postgres_only(reason="on SQLite writers queue, so a retry waits for the first "
+                           "request and replays it (test_concurrent_retries_write_once)")
+async def test_in_flight_across_server_processes(database_url: str, uid: str) -> None:
     """While one server is still processing a key, another server answers 409 at once; after
     the first commits, a retry anywhere replays it."""
-    if backend != "postgres":
-        pytest.skip("SQLite serialises writers: a retry waits, then replays (tested above)")
     url = f"/v1/threads/{uid}/messages"
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with ServerProcess(database_url) as one, ServerProcess(database_url) as two:
         async with httpx.AsyncClient(base_url=one.base_url, timeout=60) as a, \
                 httpx.AsyncClient(base_url=two.base_url, timeout=60) as b:
             assert (await a.post(url, json={"role": "user"})).status_code == 201
-            blocker = await asyncpg.connect(dsn)
+            blocker = await pg_connect(database_url)
             try:
                 # Hold the thread row so the first request stops inside its transaction,
                 # after it has claimed the key.

@@ -140,10 +140,9 @@ class Proxy:
             task.add_done_callback(self.tasks.discard)
 
 
-async def test_database_outage_is_503_and_recovers(database_url: str, backend: str,
-                                                   uid: str) -> None:
-    if backend != "postgres":
-        pytest.skip("an outage needs a networked database")
+@pytest.mark.postgres_only(reason="an outage needs a database across a network; SQLite is a "
+                           "file in the server's process")
+async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) -> None:
     url = make_url(database_url)
     proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
     await proxy.start()
@@ -186,12 +185,10 @@ def test_logs_are_json_lines_with_request_ids_and_no_bodies(database_url: str, u
     assert marker not in server.logs(), "bodies, headers and query strings are never logged"
 
 
-async def test_a_database_out_of_connections_is_503(database_url: str, backend: str,
-                                                     uid: str) -> None:
+@pytest.mark.postgres_only(reason="a connection limit is a Postgres setting")
+async def test_a_database_out_of_connections_is_503(database_url: str, uid: str) -> None:
     """Postgres refusing a connection (SQLSTATE 53300, too many connections) is the database
     being unavailable, like an outage: 503 with Retry-After, not an internal error."""
-    if backend != "postgres":
-        pytest.skip("a connection limit is a Postgres setting")
     import asyncpg
 
     url = make_url(database_url)
