@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import asyncpg
 import httpx
 from sqlalchemy.engine import make_url
 
@@ -20,14 +24,17 @@ ADMIN_URL = os.environ.get(
 ROOT = Path(__file__).resolve().parent.parent
 
 
-async def _admin(sql: str) -> None:
-    import asyncpg
+async def pg_connect(url: str = ADMIN_URL) -> asyncpg.Connection:
+    """A plain asyncpg connection to the database of a SQLAlchemy URL (the admin database by
+    default), for what a test does beside the server: hold locks, read pg_stat_activity."""
+    parsed = make_url(url)
+    return await asyncpg.connect(host=parsed.host, port=parsed.port or 5432,
+                                 user=parsed.username, password=parsed.password,
+                                 database=parsed.database or "postgres")
 
-    url = make_url(ADMIN_URL)
-    connection = await asyncpg.connect(
-        host=url.host, port=url.port or 5432, user=url.username, password=url.password,
-        database=url.database or "postgres",
-    )
+
+async def _admin(sql: str) -> None:
+    connection = await pg_connect()
     try:
         await connection.execute(sql)
     finally:
@@ -153,3 +160,77 @@ def key_id(token: str) -> str:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+async def eventually(condition: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll until `condition()` holds. The deadline only stops a hang; it measures nothing."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _activity(connection: asyncpg.Connection) -> str:
+    rows = await connection.fetch(
+        "SELECT pid, application_name, state, wait_event_type, wait_event,"
+        " pg_blocking_pids(pid) AS blocked_by, left(query, 120) AS query"
+        " FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    return "\n".join(str(dict(row)) for row in rows) or "(no other backend)"
+
+
+async def wait_until_blocked(database_url: str, holder_pid: int, *, count: int = 1,
+                             timeout: float = 60.0) -> list[int]:
+    """Wait until `count` backends of the database wait on a lock that backend `holder_pid`
+    holds (a row or table lock, an advisory lock); return their pids.
+
+    This orders a race test by what Postgres says rather than by a sleep: a backend listed
+    here has reached the lock and is parked on it (`pg_stat_activity.wait_event_type` is
+    'Lock' and `pg_blocking_pids` names the holder), so it can only go on once the holder
+    commits or rolls back. If that is not seen within `timeout` (a guard against a hang, not
+    a measurement) the test fails, showing what every backend of the database was doing.
+    """
+    connection = await pg_connect(database_url)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            waiting = [row["pid"] for row in await connection.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND $1 = ANY(pg_blocking_pids(pid))",
+                holder_pid)]
+            if len(waiting) >= count:
+                return waiting
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"after {timeout:.0f} s, {len(waiting)} backend(s) wait on a lock held by"
+                    f" {holder_pid}, expected {count}:\n{await _activity(connection)}")
+            await asyncio.sleep(0.02)
+    finally:
+        await connection.close()
+
+
+@contextlib.asynccontextmanager
+async def write_lock(database_url: str) -> AsyncIterator[int | None]:
+    """Block every writer of the threads table until the block exits.
+
+    Yields the pid of the Postgres backend holding the lock (for `wait_until_blocked`), None
+    on SQLite, where the lock is the database's one write lock (BEGIN IMMEDIATE).
+    """
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        lite = sqlite3.connect(url.database, isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
+        try:
+            yield None
+        finally:
+            lite.rollback()
+            lite.close()
+        return
+    connection = await pg_connect(database_url)
+    try:
+        async with connection.transaction():
+            # SHARE conflicts with the INSERT's ROW EXCLUSIVE but lets reads through.
+            await connection.execute("LOCK TABLE threads IN SHARE MODE")
+            yield connection.get_server_pid()
+    finally:
+        await connection.close()

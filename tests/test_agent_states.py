@@ -8,6 +8,8 @@ import json
 import httpx
 import pytest
 
+from tests.support import wait_until_blocked
+
 pytestmark = pytest.mark.anyio
 
 
@@ -276,6 +278,7 @@ async def test_concurrent_if_match_one_winner(app, uid: str) -> None:
 
 
 async def test_write_racing_a_thread_delete_never_resurrects_it(app, client: httpx.AsyncClient,
+                                                                database_url: str,
                                                                 uid: str) -> None:
     """A DELETE of the thread is under way (row deleted, tombstone written, not committed)
     when an agent-state write arrives. The write waits for it, then must answer 410: the
@@ -289,7 +292,13 @@ async def test_write_racing_a_thread_delete_never_resurrects_it(app, client: htt
         row = await threads.get(uid, lock="update")
         await threads.delete(uid, row.revision, utcnow())
         late = asyncio.create_task(client.put(url(uid, "a"), json={"state": {}}))
-        await asyncio.sleep(0.2)  # room for the write to reach the thread row and wait there
+        if session.dialect.name == "postgresql":
+            # The write has reached the thread row and waits on this transaction's lock.
+            holder = (await session.exec_driver_sql("SELECT pg_backend_pid()")).scalar_one()
+            await wait_until_blocked(database_url, holder)
+        # On SQLite the write cannot begin before this transaction ends (one writer at a
+        # time: this process's write queue, then BEGIN IMMEDIATE), so it always reads the
+        # committed tombstone, whenever it arrives; there is no wait to observe.
         await session.commit()
     response = await late
     assert response.status_code == 410, response.text

@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from tests.support import ServerProcess, drain
+from tests.support import ServerProcess, drain, wait_until_blocked
 
 pytestmark = pytest.mark.anyio
 
@@ -175,7 +175,7 @@ async def test_poller_sees_every_event_once_under_concurrent_writers(
 
 
 async def test_an_event_committed_late_is_never_skipped(app, client: httpx.AsyncClient,
-                                                        uid: str) -> None:
+                                                        database_url: str, uid: str) -> None:
     """The case a poller could miss: transaction A has written its event (smaller seq) but
     not committed, while B writes and commits. B must wait for A, so no reader ever sees
     B's seq without A's. Without the per-tenant lock B commits first, the poller's cursor
@@ -186,6 +186,8 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
 
     principal = Principal(OPEN_TENANT, ANONYMOUS, frozenset())
     _, start = await drain(client)
+    a_pid: list[int] = []  # A's Postgres backend
+    written = asyncio.Event()
 
     async def write(name: str, hold: asyncio.Event | None = None) -> None:
         async with app.state.db.write() as connection:
@@ -193,14 +195,23 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
             uow.record("thread.updated", f"/v1/threads/{name}", revision=1, thread_id=name)
             await EventRepository(connection, OPEN_TENANT).append(ANONYMOUS, uow.events)
             if hold is not None:
+                if connection.dialect.name == "postgresql":
+                    a_pid.append((await connection.exec_driver_sql(
+                        "SELECT pg_backend_pid()")).scalar_one())
+                written.set()
                 await hold.wait()
             await connection.commit()
 
     release = asyncio.Event()
     first = asyncio.create_task(write(f"a-{uid}", release))
-    await asyncio.sleep(0.1)  # A has written its event and holds its transaction open
+    await written.wait()  # A has written its event and holds its transaction open
     second = asyncio.create_task(write(f"b-{uid}"))
-    await asyncio.sleep(0.3)  # room for B to commit, if nothing stops it
+    if a_pid:
+        # B is parked on A's per-tenant lock: it cannot commit before A, whatever the timing.
+        await wait_until_blocked(database_url, a_pid[0])
+    # On SQLite B cannot even begin while A's transaction is open (one writer at a time:
+    # this process's write queue, then BEGIN IMMEDIATE), so it takes its seq after A commits
+    # and the order is guaranteed without anything to wait for.
     seen, cursor = await drain(client, start)
     release.set()
     await asyncio.gather(first, second)

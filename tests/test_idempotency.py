@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, pg_connect, wait_until_blocked
 from tests.test_messages import events_of
 
 pytestmark = pytest.mark.anyio
@@ -135,13 +133,11 @@ async def test_in_flight_across_server_processes(database_url: str, uid: str) ->
                 await blocker.execute("SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE", uid)
                 first = asyncio.create_task(
                     a.post(url, json=BODY, headers={"Idempotency-Key": "slow"}))
-                for _ in range(400):
-                    claimed = await blocker.fetchval(
-                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-                    if claimed:
-                        break
-                    await asyncio.sleep(0.05)
-                assert claimed, "the first request never claimed its key"
+                (waiting,) = await wait_until_blocked(database_url, blocker.get_server_pid())
+                claimed = await blocker.fetchval(
+                    "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'"
+                    " AND granted", waiting)
+                assert claimed == 1, "the first request waits on the thread without its key"
                 for body in (BODY, {"role": "user", "content": "different"}):
                     busy = await b.post(url, json=body, headers={"Idempotency-Key": "slow"})
                     assert busy.status_code == 409, busy.text

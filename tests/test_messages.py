@@ -361,18 +361,30 @@ async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> No
     try:
         await clients[0].post(url, json=msg(0))
 
+        answered: list[int] = []
+        under_way = asyncio.Event()
+
         async def appender(c: httpx.AsyncClient) -> list[int]:
-            return [(await c.post(url, json=msg(i))).status_code for i in range(10)]
+            statuses = []
+            for i in range(10):
+                statuses.append((await c.post(url, json=msg(i))).status_code)
+                answered.append(statuses[-1])
+                if len(answered) == 8:
+                    under_way.set()
+            return statuses
 
         async def deleter(c: httpx.AsyncClient) -> int:
-            await asyncio.sleep(0.05)
+            # Sent once 8 of the 80 appends are answered (201: the thread still exists), while
+            # each agent still has most of its appends to make, one at a time: the DELETE
+            # lands in the middle of the run, so appends precede it and follow it (410).
+            await under_way.wait()
             return (await c.delete(f"/v1/threads/{uid}", headers={"If-Match": "*"})).status_code
 
         *appends, deleted = await asyncio.gather(*(appender(c) for c in clients[:8]),
                                                  deleter(clients[8]))
         assert deleted == 204
         statuses = [s for seqs in appends for s in seqs]
-        assert set(statuses) <= {201, 410}, statuses
+        assert set(statuses) == {201, 410}, statuses
         # Once gone, every later append of each agent is refused: nothing resurrects it.
         assert all(seqs[seqs.index(410):] == [410] * (10 - seqs.index(410))
                    for seqs in appends if 410 in seqs)

@@ -4,41 +4,43 @@ from __future__ import annotations
 
 import asyncio
 
-import asyncpg
 import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.support import ADMIN_URL
+from tests.support import pg_connect, wait_until_blocked, write_lock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
+    reason="only a database server can drop a pooled connection from the other side")]
 
 
 async def _terminate_backends(database: str, *, waiting_only: bool = False) -> int:
-    """Kill the database's other backends (with `waiting_only`, those waiting on a lock)."""
-    url = make_url(ADMIN_URL)
-    admin = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
-                                  password=url.password, database=url.database or "postgres")
+    """Kill the database's server backends (with `waiting_only`, those waiting on a lock).
+
+    Returns once every one of them has exited (`pg_terminate_backend` with a timeout waits
+    for that), so its socket is closed and the server's pool is told before the test goes
+    on; a backend still there after 30 s fails the test.
+    """
+    admin = await pg_connect()
     try:
-        return int(await admin.fetchval(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        results = await admin.fetch(
+            "SELECT pg_terminate_backend(pid, 30000) AS gone FROM pg_stat_activity "
             "WHERE datname = $1 AND pid <> pg_backend_pid() AND application_name = 'agentstate' "
-            "AND ($2 = false OR wait_event_type = 'Lock')", database, waiting_only))
+            "AND ($2 = false OR wait_event_type = 'Lock')", database, waiting_only)
     finally:
         await admin.close()
+    assert all(row["gone"] for row in results), "a terminated backend did not exit"
+    return len(results)
 
 
 async def test_requests_survive_connections_killed_by_the_database(
-    client: httpx.AsyncClient, backend: str, database_url: str, uid: str
+    client: httpx.AsyncClient, database_url: str, uid: str
 ) -> None:
-    if backend != "postgres":
-        pytest.skip("only Postgres can drop a pooled connection from the other side")
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
     # Fill the pool with several connections, then have the server kill every one of them.
     warm = await asyncio.gather(*(client.get(f"/v1/threads/{uid}") for _ in range(8)))
     assert [r.status_code for r in warm] == [200] * 8
     assert await _terminate_backends(make_url(database_url).database) >= 1
-    await asyncio.sleep(0.2)
 
     reads = await asyncio.gather(*(client.get(f"/v1/threads/{uid}") for _ in range(8)))
     assert [r.status_code for r in reads] == [200] * 8
@@ -49,19 +51,17 @@ async def test_requests_survive_connections_killed_by_the_database(
 
 
 async def test_a_write_whose_connection_dies_mid_transaction_answers_503(
-    client: httpx.AsyncClient, backend: str, database_url: str, uid: str
+    client: httpx.AsyncClient, database_url: str, uid: str
 ) -> None:
     """The backend is killed while the write waits inside its transaction: the client gets a
     503 with Retry-After (never a 500), nothing of the write is stored, and the next write
     on the same server succeeds."""
-    if backend != "postgres":
-        pytest.skip("only Postgres can drop a connection from the other side")
-    from tests.test_shutdown import write_lock
-
     database = make_url(database_url).database
-    async with write_lock(database_url):
+    async with write_lock(database_url) as holder:
+        assert holder is not None
         write = asyncio.create_task(client.post("/v1/threads", json={"thread_id": uid}))
-        await asyncio.sleep(0.5)  # the INSERT waits for the table lock, inside its transaction
+        # The INSERT waits for the table lock, inside its transaction.
+        await wait_until_blocked(database_url, holder)
         assert not write.done()
         assert await _terminate_backends(database, waiting_only=True) == 1
         response = await write

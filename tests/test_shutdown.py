@@ -11,52 +11,13 @@ import asyncio
 import re
 import signal
 import socket
-import sqlite3
-import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, eventually, write_lock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-
-@asynccontextmanager
-async def write_lock(database_url: str) -> AsyncIterator[None]:
-    """Block every writer of the threads table until the block exits."""
-    url = make_url(database_url)
-    if url.get_backend_name() == "sqlite":
-        connection = sqlite3.connect(url.database, isolation_level=None)
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            connection.rollback()
-            connection.close()
-        return
-    import asyncpg
-
-    connection = await asyncpg.connect(host=url.host, port=url.port or 5432, user=url.username,
-                                       password=url.password, database=url.database)
-    try:
-        async with connection.transaction():
-            # SHARE conflicts with the INSERT's ROW EXCLUSIVE but lets reads through.
-            await connection.execute("LOCK TABLE threads IN SHARE MODE")
-            yield
-    finally:
-        await connection.close()
-
-
-async def eventually(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.05)
 
 
 def connections_in_use(server: ServerProcess) -> int:
