@@ -24,10 +24,7 @@ from aisuite.agents import (
     ThreadAlreadyExistsError,
 )
 
-from tests.client.conftest import COMPACTIONS, MESSAGES, requires
 from tests.support import ServerProcess
-
-pytestmark = requires(MESSAGES)
 
 TOOL_CALL = {"id": "call_1", "type": "function",
              "function": {"name": "lookup", "arguments": "{\"q\": \"AAPL\"}"}}
@@ -168,7 +165,6 @@ def test_overwrite_refuses_to_lose_or_duplicate_others_messages(server: ServerPr
         store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:1]), revision=3)
 
 
-@requires(COMPACTIONS)
 def test_load_pages_through_long_threads_and_shows_compactions(
         server: ServerProcess, store: AgentStateStore, uid: str,
         monkeypatch: pytest.MonkeyPatch) -> None:

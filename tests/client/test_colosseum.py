@@ -16,10 +16,7 @@ from agentstate_client.colosseum import (
     save_conversation,
 )
 
-from tests.client.conftest import AGENT_STATE, MESSAGES, requires
 from tests.support import ServerProcess
-
-pytestmark = requires(MESSAGES, AGENT_STATE)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.client.conftest import AGENT_STATE, MESSAGES, requires
 from tests.support import ROOT, ServerProcess
 
 DOCS = [ROOT / "docs" / "client.md", ROOT / "README.md"]
@@ -26,7 +25,6 @@ def test_the_readme_section_has_the_three_styles() -> None:
         assert any(needle in block for block in BLOCKS if block in section), needle
 
 
-@requires(MESSAGES, AGENT_STATE)
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_example_runs(index: int, server: ServerProcess, tmp_path: Path) -> None:
     script = tmp_path / "example.py"

@@ -14,7 +14,6 @@ from types import ModuleType
 
 import pytest
 
-from tests.client.conftest import MESSAGES, requires
 from tests.support import ServerProcess
 
 
@@ -76,7 +75,6 @@ def test_create_conditional_update_and_412(generated: ModuleType, server: Server
     assert get.sync(f"gen-{uid}", client=client).state.to_dict() == {"n": 2}
 
 
-@requires(MESSAGES)
 def test_append_with_idempotency_key(generated: ModuleType, server: ServerProcess,
                                      uid: str) -> None:
     models = api(generated, "models")

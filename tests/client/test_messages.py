@@ -12,10 +12,7 @@ from agentstate_client.errors import (
     RevisionMismatch,
 )
 
-from tests.client.conftest import COMPACTIONS, MESSAGES, requires
 from tests.support import ServerProcess
-
-pytestmark = requires(MESSAGES)
 
 
 def test_append_list_get(client: AgentStateClient, uid: str) -> None:
@@ -71,7 +68,6 @@ def test_idempotency_key_replays_the_original(client: AgentStateClient, uid: str
         client.append_message(thread_id, "user", "different", idempotency_key=f"k-{uid}")
 
 
-@requires(COMPACTIONS)
 def test_compactions(client: AgentStateClient, uid: str) -> None:
     thread_id = f"c-{uid}"
     stored = client.append_messages(thread_id, [

@@ -15,11 +15,9 @@ from agentstate_client import (
 )
 from agentstate_client.errors import AlreadyExists
 
-from tests.client.conftest import AGENT_STATE, EVENTS, MCP_SERVER, requires
 from tests.support import ServerProcess
 
 
-@requires(AGENT_STATE)
 def test_agent_state_methods(client: AgentStateClient, uid: str) -> None:
     thread_id = f"as-{uid}"
     created = client.put_agent_state(thread_id, "planner", {"step": 1, "tools": ["search"]})
@@ -59,7 +57,6 @@ def test_agent_state_methods(client: AgentStateClient, uid: str) -> None:
         client.get_agent_state(thread_id, "critic")
 
 
-@requires(EVENTS, AGENT_STATE)
 def test_events_feed(client: AgentStateClient, uid: str) -> None:
     thread_id = f"ev-{uid}"
     client.create_thread(thread_id)
@@ -82,7 +79,6 @@ def test_events_feed(client: AgentStateClient, uid: str) -> None:
     assert [e.type for e in since.data] == ["thread.deleted"]
 
 
-@requires(MCP_SERVER)
 def test_mcp_server_methods(client: AgentStateClient, uid: str) -> None:
     name = f"ib-{uid}"
     created = client.put_mcp_server(name, "broker", state={"account": "DU1"},
@@ -107,7 +103,6 @@ def test_mcp_server_methods(client: AgentStateClient, uid: str) -> None:
         client.get_mcp_server(name)
 
 
-@requires(AGENT_STATE)
 @pytest.mark.anyio
 async def test_async_agent_states(server: ServerProcess, uid: str) -> None:
     async with AsyncAgentStateClient(server.base_url) as client:
@@ -117,7 +112,6 @@ async def test_async_agent_states(server: ServerProcess, uid: str) -> None:
         assert [s.agent_name async for s in client.iter_agent_states(f"aas-{uid}")] == ["a"]
 
 
-@requires(MCP_SERVER, EVENTS)
 @pytest.mark.anyio
 async def test_async_mcp_servers_and_events(server: ServerProcess, uid: str) -> None:
     async with AsyncAgentStateClient(server.base_url) as client:

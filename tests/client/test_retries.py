@@ -18,7 +18,6 @@ from agentstate_client import (
 from agentstate_client import errors as E
 from agentstate_client._core import RetryPolicy
 
-from tests.client.conftest import MESSAGES, requires
 from tests.support import ServerProcess
 
 Fault = Callable[[httpx.Request, int], httpx.Response | Exception | None]
@@ -82,7 +81,6 @@ def sleeps(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> list[float
     return asked
 
 
-@requires(MESSAGES)
 def test_retried_append_after_dropped_connection_is_stored_once(server: ServerProcess, uid: str,
                                                                  sleeps: list[float]) -> None:
     transport = FaultyTransport(drop_first)
@@ -97,7 +95,6 @@ def test_retried_append_after_dropped_connection_is_stored_once(server: ServerPr
         assert plain.get_thread(f"drop-{uid}").revision == 2
 
 
-@requires(MESSAGES)
 @pytest.mark.anyio
 async def test_async_retried_append_is_stored_once(server: ServerProcess, uid: str) -> None:
     transport = AsyncFaultyTransport(drop_first)
@@ -109,7 +106,6 @@ async def test_async_retried_append_is_stored_once(server: ServerProcess, uid: s
         assert (await client.get_thread(f"adrop-{uid}")).message_count == 2
 
 
-@requires(MESSAGES)
 def test_in_flight_idempotent_request_is_retried(server: ServerProcess, uid: str,
                                                  sleeps: list[float]) -> None:
     def busy_first(request: httpx.Request, attempt: int) -> httpx.Response | None:
