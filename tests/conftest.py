@@ -5,19 +5,26 @@ Postgres gets a fresh database per test run on the local server
 migrated with the project's own migrations. AGENTSTATE_TEST_BACKENDS=sqlite (or postgres)
 narrows the run.
 
-`@pytest.mark.postgres_only(reason=...)` marks a test of something only Postgres has
-(killing a backend, a connection limit, advisory locks between processes), and says why in
-`reason`. Its SQLite instances are deselected at collection, so they neither run nor show up
-as skips; the test must take the backend through `database_url` (or `secured_database_url`).
+Two markers are enforced here, not just declared:
+
+- `postgres_only(reason=...)`: the test checks something only Postgres has (killing a
+  backend, a connection limit, advisory locks between processes), and says so in `reason`.
+  Its SQLite instances are deselected at collection, so they neither run nor show up as
+  skips; the test must take the backend through `database_url` (or `secured_database_url`).
+- `slow`: the test starts processes (`agentstate serve`, the CLI, any subprocess). A test
+  without the mark that starts one fails, so `-m "not slow"` stays an in-process loop.
 """
 
 from __future__ import annotations
 
+import _posixsubprocess
 import asyncio
 import contextlib
 import os
+import subprocess
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -55,6 +62,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# Every way a test could start a process: subprocess (also asyncio's subprocesses),
+# multiprocessing's spawn, fork and the os.spawn family.
+_SPAWNERS: list[tuple[Any, str]] = [
+    (subprocess.Popen, "__init__"), (_posixsubprocess, "fork_exec"), (os, "fork"),
+    (os, "posix_spawn"), (os, "posix_spawnp"), (os, "system"), (os, "execv"), (os, "execve"),
+]
+
+
+@contextlib.contextmanager
+def _no_processes(nodeid: str) -> Iterator[None]:
+    def refusal(name: str) -> Callable[..., Any]:
+        def spawn(*_args: Any, **_kwargs: Any) -> Any:
+            pytest.fail(f"{nodeid} starts a process ({name}) but is not marked "
+                        "@pytest.mark.slow", pytrace=True)
+        return spawn
+
+    saved = [(owner, name, getattr(owner, name)) for owner, name in _SPAWNERS
+             if hasattr(owner, name)]
+    for owner, name, _ in saved:
+        setattr(owner, name, refusal(f"{getattr(owner, '__name__', owner)}.{name}"))
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Setup, call and teardown of a test without the `slow` mark may start no process."""
+    if item.get_closest_marker("slow") is not None:
+        return (yield)
+    with _no_processes(item.nodeid):
+        return (yield)
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ def assert_401(response: httpx.Response) -> dict:
 
 # --- the CLI -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_keys_cli(secured_database_url: str, uid: str) -> None:
     created = agentstate(secured_database_url, "keys", "create", "--tenant", f"t-{uid}",
                          "--name", "ci", "--scopes", "read,secrets:read")
@@ -97,6 +98,7 @@ def test_keys_cli(secured_database_url: str, uid: str) -> None:
 
 # --- keys over HTTP ------------------------------------------------------------------------
 
+@pytest.mark.slow
 async def test_key_names_tenant_scopes_and_actor(secured_app: FastAPI,
                                                  secured_client: httpx.AsyncClient,
                                                  secured_database_url: str, uid: str) -> None:
@@ -120,6 +122,7 @@ async def test_key_names_tenant_scopes_and_actor(secured_app: FastAPI,
     assert await actors(secured_app, tenant, uid) == [key_id(writer), key_id(admin)]
 
 
+@pytest.mark.slow
 async def test_bad_credentials_are_401(secured_client: httpx.AsyncClient, secured_database_url: str,
                                        uid: str) -> None:
     token = create_key(secured_database_url, f"t-{uid}")
@@ -137,6 +140,7 @@ async def test_bad_credentials_are_401(secured_client: httpx.AsyncClient, secure
             ).status_code == 200
 
 
+@pytest.mark.slow
 async def test_tenants_never_see_each_other(secured_client: httpx.AsyncClient,
                                             secured_database_url: str, uid: str) -> None:
     a = create_key(secured_database_url, f"a-{uid}")
@@ -339,6 +343,7 @@ async def test_guard_leaves_code_outside_requests_alone(app: FastAPI, uid: str) 
             request_tenant.reset(token)
 
 
+@pytest.mark.slow
 async def test_concurrent_first_use_of_a_key(secured_client: httpx.AsyncClient,
                                                              secured_database_url: str,
                                                              uid: str) -> None:

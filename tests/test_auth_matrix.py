@@ -206,6 +206,7 @@ async def test_every_operation_declares_the_bearer_scheme(
     assert (await secured_client.get("/openapi.json")).status_code == 200
 
 
+@pytest.mark.slow
 async def test_matrix(secured_client: httpx.AsyncClient, keys: Keys) -> None:
     spec, ops = await operations(secured_client)
     values, learned = await seed(secured_client, spec, ops, keys.a)
@@ -253,6 +254,7 @@ async def test_matrix(secured_client: httpx.AsyncClient, keys: Keys) -> None:
                                                    before[op.path].text), (op.path, after.text)
 
 
+@pytest.mark.slow
 async def test_include_secrets_needs_the_secrets_scope(secured_client: httpx.AsyncClient,
                                                        keys: Keys) -> None:
     spec, ops = await operations(secured_client)

@@ -58,6 +58,7 @@ async def test_many_clients_in_process(app, uid: str) -> None:
     assert conflicts > 0, "the test must actually race"
 
 
+@pytest.mark.slow
 async def test_two_server_processes_share_one_database(database_url: str, uid: str) -> None:
     with ServerProcess(database_url) as one, ServerProcess(database_url) as two:
         limits = httpx.Limits(max_connections=CLIENTS)

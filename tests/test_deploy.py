@@ -100,6 +100,7 @@ def generated(quadlet: Path) -> dict[str, Unit]:
     return {name: parse_unit(text) for name, text in zip(chunks[1::2], chunks[2::2], strict=True)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["user", "system"])
 def test_quadlet_accepts_every_unit_without_a_warning(quadlet: Path, mode: str) -> None:
     result = generate(quadlet, *(["-user"] if mode == "user" else []))
@@ -110,6 +111,7 @@ def test_quadlet_accepts_every_unit_without_a_warning(quadlet: Path, mode: str) 
     assert set(re.findall(r"^---(\S+)---$", result.stdout, flags=re.M)) == SERVICES
 
 
+@pytest.mark.slow
 def test_every_unit_file_generates_its_service(generated: dict[str, Unit]) -> None:
     assert set(generated) == SERVICES
     for name, unit in source_units().items():
@@ -118,6 +120,7 @@ def test_every_unit_file_generates_its_service(generated: dict[str, Unit]) -> No
         assert generated[service]["Unit"]["SourcePath"][0].endswith(f"/deploy/{name}")
 
 
+@pytest.mark.slow
 def test_the_database_counts_as_started_only_once_healthy(generated: dict[str, Unit]) -> None:
     db = generated["agentstate-db.service"]
     argv = podman_run_args(db)
@@ -137,6 +140,7 @@ def test_the_database_counts_as_started_only_once_healthy(generated: dict[str, U
     assert "POSTGRES_PASSWORD_FILE=/run/secrets/agentstate-db-password" in option(argv, "--env")
 
 
+@pytest.mark.slow
 def test_migration_is_a_one_shot_after_the_healthy_database(generated: dict[str, Unit]) -> None:
     migrate = generated["agentstate-migrate.service"]
     assert migrate["Service"]["Type"] == ["oneshot"]
@@ -148,6 +152,7 @@ def test_migration_is_a_one_shot_after_the_healthy_database(generated: dict[str,
     assert argv[-2:] == ["localhost/agentstate:latest", "migrate"]
 
 
+@pytest.mark.slow
 def test_the_api_starts_after_database_and_migration(generated: dict[str, Unit]) -> None:
     api = generated["agentstate.service"]
     for key in ("Requires", "After"):
@@ -160,6 +165,7 @@ def test_the_api_starts_after_database_and_migration(generated: dict[str, Unit])
     assert option(argv, "--cap-drop") == ["all"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", ["agentstate.service", "agentstate-db.service"])
 def test_restart_policy_lives_in_service(generated: dict[str, Unit], service: str) -> None:
     assert generated[service]["Service"]["Restart"] == ["always"]
@@ -172,6 +178,7 @@ def test_containers_start_at_boot(name: str) -> None:
     assert source_units()[name]["Install"]["WantedBy"] == ["default.target"]
 
 
+@pytest.mark.slow
 def test_stop_waits_longer_than_the_graceful_shutdown(generated: dict[str, Unit]) -> None:
     api = generated["agentstate.service"]
     argv = podman_run_args(api)
@@ -181,6 +188,7 @@ def test_stop_waits_longer_than_the_graceful_shutdown(generated: dict[str, Unit]
     assert serve.graceful_timeout < stop_timeout < systemd_timeout
 
 
+@pytest.mark.slow
 def test_health_check_is_readiness_and_runs(generated: dict[str, Unit], database_url: str,
                                             tmp_path: Path) -> None:
     """The API's health command, run as podman runs it (sh -c), against real servers."""
@@ -198,6 +206,7 @@ def test_health_check_is_readiness_and_runs(generated: dict[str, Unit], database
         assert check(unmigrated) != 0
 
 
+@pytest.mark.slow
 def test_generated_services_use_only_keys_systemd_knows(quadlet: Path, tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
@@ -318,6 +327,7 @@ def test_secrets_mounted_as_files_reach_the_settings(
         Settings(_env_file=None)  # type: ignore[call-arg]
 
 
+@pytest.mark.slow
 def test_migrate_reads_the_database_url_from_a_secret_file(database_url: str,
                                                            tmp_path: Path) -> None:
     """What agentstate-migrate.container does, minus podman: the URL only in a mounted file."""
@@ -345,6 +355,7 @@ def containerfile_stages() -> list[list[str]]:
     return stages
 
 
+@pytest.mark.slow
 def test_hadolint_passes_on_the_containerfile() -> None:
     hadolint = (shutil.which("hadolint", path=str(Path(sys.executable).parent))
                 or shutil.which("hadolint"))

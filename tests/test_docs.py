@@ -22,6 +22,7 @@ def test_settings_table_lists_every_setting() -> None:
     assert documented == {name.upper() for name in Settings.model_fields}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_marker", ["any"])
 def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str) -> None:
     walkthrough = next(block for block in fenced("sh") if "T=demo-$RANDOM" in block)
@@ -37,6 +38,7 @@ def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str)
     assert '"has_more":' in result.stdout and '"team":"research"' in result.stdout
 
 
+@pytest.mark.slow
 def test_messages_agent_states_and_audit_examples_run_as_pasted(database_url: str) -> None:
     blocks = [b for b in fenced("sh") if "C=chat-$RANDOM" in b or "S=session-$RANDOM" in b
               or "/v1/events?thread_id=$S" in b]

@@ -122,6 +122,7 @@ WRITERS = 24
 WRITES = 8
 
 
+@pytest.mark.slow
 async def test_poller_sees_every_event_once_under_concurrent_writers(
         database_url: str, uid: str) -> None:
     """Writers on two server processes; a poller following next_cursor meanwhile ends up

@@ -332,6 +332,7 @@ async def test_twenty_agents_append_concurrently(app, uid: str) -> None:
         await asyncio.gather(*(c.aclose() for c in clients))
 
 
+@pytest.mark.slow
 async def test_twenty_agents_across_two_server_processes(database_url: str, uid: str) -> None:
     with ServerProcess(database_url) as one, ServerProcess(database_url) as two:
         clients = [httpx.AsyncClient(base_url=(one, two)[i % 2].base_url, timeout=60)

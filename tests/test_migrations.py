@@ -49,6 +49,7 @@ async def test_upgrade_downgrade_upgrade(empty_url: str) -> None:
         await db.dispose()
 
 
+@pytest.mark.slow
 def test_migrate_command(empty_url: str) -> None:
     env = {"AGENTSTATE_DATABASE_URL": empty_url, "PATH": "/usr/bin:/bin"}
     first = subprocess.run([sys.executable, "-m", "app.cli", "migrate"], cwd=ROOT, env=env,

@@ -171,6 +171,7 @@ async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) 
     await proxy.stop()
 
 
+@pytest.mark.slow
 def test_logs_are_json_lines_with_request_ids_and_no_bodies(database_url: str, uid: str) -> None:
     marker = f"body-secret-{uid}"
     with ServerProcess(database_url) as server:

@@ -125,6 +125,7 @@ def database_text(url: str) -> bytes:
     return dump.stdout
 
 
+@pytest.mark.slow
 async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key: str) -> None:
     secret = f"pl41ntext-{uid}-token"
     env = {"AGENTSTATE_SECRET_KEYS": secret_key, "AGENTSTATE_LOG_LEVEL": "DEBUG"}
@@ -170,6 +171,7 @@ async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key
     assert secret.encode() not in stored
 
 
+@pytest.mark.slow
 async def test_key_rotation(fresh_url: str, uid: str) -> None:
     settings = Settings(database_url=fresh_url, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
     old, new = new_key(), new_key()

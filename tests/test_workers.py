@@ -17,6 +17,8 @@ import pytest
 
 from tests.support import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test here starts `agentstate serve --workers 2`
+
 CONNECTIONS = 64
 
 

@@ -1,7 +1,8 @@
 """Fixtures for the client tests: one real `agentstate serve` per backend.
 
-There is no probing of the server's routes: a route the client calls that the server lacks
-is a failing test, not a skipped one.
+Every test that uses `server` (or `client`, built on it) starts that process, so it is marked
+`@pytest.mark.slow`. There is no probing of the server's routes: a route the client calls
+that the server lacks is a failing test, not a skipped one.
 """
 
 from __future__ import annotations

@@ -106,6 +106,7 @@ def scenario(store: Any, thread_id: str) -> list[Any]:
     ]
 
 
+@pytest.mark.slow
 def test_same_answers_as_aisuite_in_memory_store(store: AgentStateStore, uid: str) -> None:
     expected = scenario(InMemoryStateStore(), "t")
     got = scenario(store, f"ai-{uid}")
@@ -116,6 +117,7 @@ def test_same_answers_as_aisuite_in_memory_store(store: AgentStateStore, uid: st
     assert store.save_state(f"ai-{uid}", run_state([])).revision == 6
 
 
+@pytest.mark.slow
 def test_saves_send_only_new_messages_into_the_log(server: ServerProcess, store: AgentStateStore,
                                                   recorder: Recorder, uid: str) -> None:
     thread_id = f"log-{uid}"
@@ -142,6 +144,7 @@ def test_saves_send_only_new_messages_into_the_log(server: ServerProcess, store:
     fresh.close()
 
 
+@pytest.mark.slow
 def test_overwrite_refuses_to_lose_or_duplicate_others_messages(server: ServerProcess,
                                                                 store: AgentStateStore,
                                                                 uid: str) -> None:
@@ -165,6 +168,7 @@ def test_overwrite_refuses_to_lose_or_duplicate_others_messages(server: ServerPr
         store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:1]), revision=3)
 
 
+@pytest.mark.slow
 def test_load_pages_through_long_threads_and_shows_compactions(
         server: ServerProcess, store: AgentStateStore, uid: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,6 +210,7 @@ class FakeModel:
         return SimpleNamespace(choices=[SimpleNamespace(message=reply)])
 
 
+@pytest.mark.slow
 def test_aisuite_runner_persists_and_continues_through_the_store(store: AgentStateStore,
                                                                  recorder: Recorder,
                                                                  uid: str) -> None:
@@ -229,6 +234,7 @@ def test_aisuite_runner_persists_and_continues_through_the_store(store: AgentSta
     assert recorder.appended == [3, 2], "the continuation sent only its two new messages"
 
 
+@pytest.mark.slow
 def test_saves_larger_than_a_request_go_in_batches(store: AgentStateStore, recorder: Recorder,
                                                    uid: str) -> None:
     thread_id = f"big-{uid}"
@@ -243,6 +249,7 @@ def test_saves_larger_than_a_request_go_in_batches(store: AgentStateStore, recor
     assert loaded.state.messages == conversation and loaded.revision == 5
 
 
+@pytest.mark.slow
 def test_concurrent_saves_from_one_revision_one_wins(server: ServerProcess, uid: str) -> None:
     thread_id = f"race-{uid}"
     stores = [AgentStateStore(base_url=server.base_url) for _ in range(8)]

@@ -18,6 +18,8 @@ from agentstate_client.colosseum import (
 
 from tests.support import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test here talks to the `server` process
+
 
 @pytest.fixture
 def configured(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:

@@ -25,6 +25,7 @@ def test_the_readme_section_has_the_three_styles() -> None:
         assert any(needle in block for block in BLOCKS if block in section), needle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(BLOCKS)))
 def test_example_runs(index: int, server: ServerProcess, tmp_path: Path) -> None:
     script = tmp_path / "example.py"

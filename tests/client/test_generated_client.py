@@ -16,6 +16,8 @@ import pytest
 
 from tests.support import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test here talks to the `server` process
+
 
 @pytest.fixture
 def generated(server: ServerProcess, tmp_path: Path, uid: str) -> Iterator[ModuleType]:

@@ -14,6 +14,8 @@ from agentstate_client.errors import (
 
 from tests.support import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test here talks to the `server` process
+
 
 def test_append_list_get(client: AgentStateClient, uid: str) -> None:
     thread_id = f"m-{uid}"

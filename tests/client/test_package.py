@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import agentstate_client
+import pytest
 from agentstate_client import AgentStateClient, AsyncAgentStateClient, errors
 
 from tests.support import ROOT, ServerProcess
@@ -50,6 +51,7 @@ def test_sync_and_async_clients_offer_the_same_documented_methods() -> None:
     client.close()
 
 
+@pytest.mark.slow
 def test_client_never_imports_the_server() -> None:
     for path in CLIENT.rglob("*.py"):
         source = path.read_text()
@@ -87,6 +89,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_fresh_venv_with_only_the_client(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -17,6 +17,8 @@ from agentstate_client.errors import AlreadyExists
 
 from tests.support import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test here talks to the `server` process
+
 
 def test_agent_state_methods(client: AgentStateClient, uid: str) -> None:
     thread_id = f"as-{uid}"

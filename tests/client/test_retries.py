@@ -81,6 +81,7 @@ def sleeps(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> list[float
     return asked
 
 
+@pytest.mark.slow
 def test_retried_append_after_dropped_connection_is_stored_once(server: ServerProcess, uid: str,
                                                                  sleeps: list[float]) -> None:
     transport = FaultyTransport(drop_first)
@@ -95,6 +96,7 @@ def test_retried_append_after_dropped_connection_is_stored_once(server: ServerPr
         assert plain.get_thread(f"drop-{uid}").revision == 2
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_async_retried_append_is_stored_once(server: ServerProcess, uid: str) -> None:
     transport = AsyncFaultyTransport(drop_first)
@@ -106,6 +108,7 @@ async def test_async_retried_append_is_stored_once(server: ServerProcess, uid: s
         assert (await client.get_thread(f"adrop-{uid}")).message_count == 2
 
 
+@pytest.mark.slow
 def test_in_flight_idempotent_request_is_retried(server: ServerProcess, uid: str,
                                                  sleeps: list[float]) -> None:
     def busy_first(request: httpx.Request, attempt: int) -> httpx.Response | None:
@@ -117,6 +120,7 @@ def test_in_flight_idempotent_request_is_retried(server: ServerProcess, uid: str
     assert sleeps == [1.0]
 
 
+@pytest.mark.slow
 def test_create_is_not_retried_after_dropped_connection(server: ServerProcess, uid: str,
                                                         sleeps: list[float]) -> None:
     transport = FaultyTransport(drop_first)
@@ -128,6 +132,7 @@ def test_create_is_not_retried_after_dropped_connection(server: ServerProcess, u
         assert client.get_thread(f"once-{uid}").revision == 1, "the server did create it"
 
 
+@pytest.mark.slow
 def test_conditional_put_is_not_retried_on_503(server: ServerProcess, uid: str,
                                                sleeps: list[float]) -> None:
     transport = FaultyTransport(lambda request, attempt: problem(503, "database_unavailable"))
@@ -137,6 +142,7 @@ def test_conditional_put_is_not_retried_on_503(server: ServerProcess, uid: str,
     assert len(transport.seen) == 1 and sleeps == []
 
 
+@pytest.mark.slow
 def test_get_honours_retry_after_then_gives_up(server: ServerProcess, uid: str,
                                                sleeps: list[float]) -> None:
     def unavailable_twice(request: httpx.Request, attempt: int) -> httpx.Response | None:
@@ -156,6 +162,7 @@ def test_get_honours_retry_after_then_gives_up(server: ServerProcess, uid: str,
     assert len(always.seen) == 4 and gave_up.value.status_code == 503
 
 
+@pytest.mark.slow
 def test_timeouts_become_api_timeout_errors(server: ServerProcess, sleeps: list[float]) -> None:
     transport = FaultyTransport(
         lambda request, attempt: httpx.ReadTimeout("slow", request=request))

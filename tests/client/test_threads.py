@@ -25,6 +25,8 @@ from agentstate_client.errors import (
 
 from tests.support import ServerProcess, agentstate, create_key
 
+pytestmark = pytest.mark.slow  # every test here talks to a server process
+
 
 def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None:
     thread = client.create_thread(f"t-{uid}", state={"step": 0}, metadata={"team": uid})
