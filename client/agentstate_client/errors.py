@@ -19,10 +19,11 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── PayloadTooLarge (413)
         ├── UnsupportedMediaType (415)
         ├── UnprocessableEntity (422) UnknownField, IdempotencyKeyReused,
-        │                             CompactionNotContiguous, MessageNotLive, MessageNotFound
+        │                             CompactionNotContiguous, MessageNotLive, MessageNotFound,
+        │                             UnknownSecret
         ├── PreconditionRequired (428)
         ├── TooManyRequests (429)
-        ├── InternalServerError (500)
+        ├── InternalServerError (500) SecretsNotConfigured, SecretsUndecryptable
         └── ServiceUnavailable (503)  DatabaseUnavailable, NotReady
 
 `agentstate_client.aisuite.StateConflictError` (a subclass of aisuite's own
@@ -41,9 +42,10 @@ __all__ = [
     "DatabaseUnavailable", "Forbidden", "Gone", "IdempotencyInFlight", "IdempotencyKeyReused",
     "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageExists",
     "MessageNotFound", "MessageNotLive", "NotFound", "NotReady", "PayloadTooLarge",
-    "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "ServiceUnavailable",
-    "ThreadDeleted", "ThreadExists", "TooManyRequests", "Unauthorized", "UnknownField",
-    "UnprocessableEntity", "UnsupportedMediaType", "error_from_response",
+    "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "SecretsNotConfigured",
+    "SecretsUndecryptable", "ServiceUnavailable", "ThreadDeleted", "ThreadExists",
+    "TooManyRequests", "Unauthorized", "UnknownField", "UnknownSecret", "UnprocessableEntity",
+    "UnsupportedMediaType", "error_from_response",
 ]
 
 
@@ -202,6 +204,12 @@ class MessageNotFound(UnprocessableEntity):
     default_code = "message_not_found"
 
 
+class UnknownSecret(UnprocessableEntity):
+    """`"***"` asked to keep a stored MCP server secret that does not exist."""
+
+    default_code = "unknown_secret"
+
+
 class PreconditionRequired(APIError):
     """428: a write to an existing resource must send If-Match (or If-None-Match: *)."""
 
@@ -214,6 +222,20 @@ class TooManyRequests(APIError):
 
 class InternalServerError(APIError):
     status, default_code = 500, "internal_error"
+
+
+class SecretsNotConfigured(InternalServerError):
+    """The server has no AGENTSTATE_SECRET_KEYS, so it cannot store MCP secrets; an operator's
+    fix. Writes without secrets still work."""
+
+    default_code = "secrets_not_configured"
+
+
+class SecretsUndecryptable(InternalServerError):
+    """Stored secrets were encrypted with a key the server no longer has; masked reads still
+    work."""
+
+    default_code = "secrets_undecryptable"
 
 
 class ServiceUnavailable(APIError):
