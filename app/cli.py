@@ -1,4 +1,4 @@
-"""`agentstate`: serve, migrate, keys, export, secrets."""
+"""`agentstate`: serve, migrate, keys, secrets; export, import, copy, backup."""
 
 from __future__ import annotations
 
@@ -134,25 +134,6 @@ def _run_migrate(args: argparse.Namespace) -> int:
         print(f"already at {after}", file=sys.stderr)
     else:
         print(f"migrated from {before or 'an empty database'} to {after}", file=sys.stderr)
-    return 0
-
-
-async def _export(settings: Settings) -> int:
-    from app.db.engine import Database
-    from app.db.export import export
-
-    db = Database(settings)
-    try:
-        return await export(db.engine, sys.stdout, sys.stderr)
-    finally:
-        await db.dispose()
-
-
-def _run_export(args: argparse.Namespace) -> int:
-    settings = Settings()
-    print(f"exporting {settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
-    total = asyncio.run(_export(settings))
-    print(f"exported {total} rows", file=sys.stderr)
     return 0
 
 
@@ -331,9 +312,9 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.add_argument("revision", nargs="?", default="head")
     migrate.set_defaults(func=_run_migrate)
 
-    export = sub.add_parser("export", help="write all tenant data to stdout as JSON lines "
-                                           "(secrets as \"***\"); progress on stderr")
-    export.set_defaults(func=_run_export)
+    from app.portability.commands import register as register_portability
+
+    register_portability(sub)  # export, import, copy, backup
 
     secrets = sub.add_parser("secrets", help="keys for MCP server secrets")
     secrets_sub = secrets.add_subparsers(dest="secrets_command", required=True)

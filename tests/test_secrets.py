@@ -158,13 +158,26 @@ async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key
         logs = server.logs()
     assert secret not in logs and "Traceback" not in logs
 
+    # An export carries the ciphertext and the id of the key that opens it (issue 17), or
+    # nothing of the secrets with --redact-secrets; never the secret in clear.
+    from app.core.secretbox import key_id
+
     exported = cli(database_url, "export", keys=secret_key)
     assert exported.returncode == 0, exported.stderr
     assert secret not in exported.stdout + exported.stderr
-    assert f'"server_name": "leak-{uid}"' in exported.stdout
-    line = next(line for line in exported.stdout.splitlines()
-                if line.startswith('{"table": "mcp_servers"') and f"leak-{uid}" in line)
-    assert '"secrets": "***"' in line and '"secret_names": ["broker_token"]' in line
+    assert f'"server_name":"leak-{uid}"' in exported.stdout
+    line = json.loads(next(line for line in exported.stdout.splitlines()
+                           if line.startswith('{"kind":"mcp_server"') and f"leak-{uid}" in line))
+    assert line["secret_names"] == ["broker_token"]
+    assert set(line["secrets"]) == {"ciphertext", "key_id"}
+    assert line["secrets"]["key_id"] == key_id(secret_key)
+    redacted = cli(database_url, "export", "--redact-secrets", keys=secret_key)
+    assert redacted.returncode == 0, redacted.stderr
+    assert secret not in redacted.stdout + redacted.stderr
+    line = json.loads(next(line for line in redacted.stdout.splitlines()
+                           if line.startswith('{"kind":"mcp_server"') and f"leak-{uid}" in line))
+    assert line["secrets"] == {"redacted": True}
+    assert line["secret_names"] == ["broker_token"]
 
     stored = database_text(database_url)
     assert f"leak-{uid}".encode() in stored and b"broker_token" in stored

@@ -15,6 +15,7 @@ here ever contains key material or a secret.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ class SecretBox:
                     "(32 bytes, url-safe base64); make one with `agentstate secrets new-key`."
                 ) from None
         self._fernet = MultiFernet(fernets)
+        self._keyed = [(key_id(key), fernet) for key, fernet in zip(keys, fernets, strict=True)]
 
     def seal(self, owner: list[str], values: dict[str, str]) -> str:
         return self._fernet.encrypt(dumps({"owner": owner, "secrets": values}).encode()).decode()
@@ -64,9 +66,27 @@ class SecretBox:
             raise SecretsUndecryptable("The stored secrets belong to another resource.")
         return dict(sealed["secrets"])
 
+    def key_id_of(self, token: str) -> str | None:
+        """The id of the configured key that opens `token` (None: none does). Fernet tokens
+        do not name their key, so each key is tried."""
+        for identifier, fernet in self._keyed:
+            try:
+                fernet.decrypt(token.encode())
+            except InvalidToken:
+                continue
+            return identifier
+        return None
+
     def rotate(self, token: str) -> str:
         """The same plaintext, encrypted with the first key (InvalidToken if no key opens it)."""
         return self._fernet.rotate(token.encode()).decode()
+
+
+def key_id(key: str | bytes) -> str:
+    """A key's public name: 16 hex digits of its sha256, which tell keys apart in exports and
+    messages and reveal nothing of the key."""
+    raw = key.encode() if isinstance(key, str) else key
+    return hashlib.sha256(raw.strip()).hexdigest()[:16]
 
 
 def new_key() -> str:
