@@ -327,3 +327,206 @@ async def test_round_trip_to_the_other_backend(source_backend: str, tmp_path: Pa
         code, _, err = await cli(target, "import", str(first), env=env)
         assert code == 0, err
         assert "threads: 6 unchanged" in err and "0 rows written" in err, err
+
+
+# --- import refuses what the API would refuse, and writes no partial thread --------------
+
+NOW = "2026-12-01T10:00:00.000000Z"
+
+
+def thread_records(thread_id: str, *, state: dict | None = None,
+                   messages: list[dict] | tuple = (), tenant: str = "default") -> list[dict]:
+    """One thread's records as an export writes them: revision 1 holding `messages`."""
+    n = len(messages)
+    key = {"tenant_id": tenant, "thread_id": thread_id}
+    records = [
+        {"kind": "thread", **key, "revision": 1, "state": state or {}, "metadata": {},
+         "created_at": NOW, "updated_at": NOW, "deleted_at": None, "last_seq": n,
+         "message_count": n, "history_limit": None},
+        {"kind": "thread_revision", **key, "revision": 1, "state": state or {}, "metadata": {},
+         "updated_at": NOW},
+    ]
+    for seq, message in enumerate(messages, start=1):
+        records.append({"kind": "message", **key, "seq": seq, "message_id": f"m{seq}",
+                        "position": seq, "role": "user", "content": f"text {seq}", "name": None,
+                        "tool_calls": None, "tool_call_id": None, "agent_name": None,
+                        "metadata": {}, "created_at": NOW, "status": "live",
+                        "compacted_by": None, "summary_of": None, "revision": 1, **message})
+    counts = {"thread": 1, "thread_revision": 1, **({"message": n} if n else {})}
+    return [*records, {"kind": "thread_end", **key, "records": counts}]
+
+
+def export_text(*threads: list[dict], header: dict | None = None) -> str:
+    records = [record for thread in threads for record in thread]
+    total = sum(1 for record in records if record["kind"] != "thread_end")
+    lines = [header or {"format": "agentstate-export", "version": 1,
+                        "schema": migrate.head_revision(), "secrets": "ciphertext"},
+             *records, {"kind": "end", "records": total}]
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+async def import_text(database_url: str, tmp_path: Path, text: str,
+                      *args: str) -> tuple[int, str]:
+    path = tmp_path / f"import-{os.urandom(4).hex()}.jsonl"
+    path.write_text(text)
+    code, _, err = await cli(database_url, "import", str(path), *args)
+    return code, err
+
+
+def line_of(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), start=1) if needle in line)
+
+
+async def test_import_refuses_an_unknown_version(database_url: str, client: httpx.AsyncClient,
+                                                  tmp_path: Path, uid: str) -> None:
+    for header, expected in (
+            ({"format": "agentstate-export", "version": 2, "schema": None,
+              "secrets": "ciphertext"}, "line 1: format version 2 is not one this agentstate"),
+            ({"table": "threads", "row": {}}, "line 1: not an agentstate export")):
+        code, err = await import_text(database_url, tmp_path,
+                                      export_text(thread_records(uid), header=header))
+        assert code == 1 and expected in err, err
+        assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+
+
+async def test_import_refuses_a_line_the_api_would_refuse(
+        database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
+    """The line number and the field; nothing of that thread; the others go in."""
+    good = thread_records(f"good-{uid}", messages=[{}, {}])
+    bad = thread_records(f"bad-{uid}", messages=[{}, {"role": "wizard"}, {}])
+    odd = thread_records(f"odd-{uid}", messages=[{"tool_call_id": "c1"}])  # a user's tool id
+    text = export_text(bad, good, odd)
+    code, err = await import_text(database_url, tmp_path, text)
+    assert code == 1, err
+    line = line_of(text, '"role": "wizard"')
+    assert f"refused: line {line}: message.role: Input should be" in err, err
+    odd_line = line_of(text, '"tool_call_id": "c1"')
+    assert f"line {odd_line}: message.tool_call_id: " in err and "tool messages" in err, err
+    assert "threads: 1 created, 2 refused" in err, err
+    assert (await client.get(f"/v1/threads/bad-{uid}")).status_code == 404
+    assert (await client.get(f"/v1/threads/odd-{uid}")).status_code == 404
+    messages = await read_all(client, f"/v1/threads/good-{uid}/messages")
+    assert [m["id"] for m in messages] == ["m1", "m2"]
+
+    # The API's JSON limits hold too: nesting depth, and what Postgres cannot store.
+    deep: dict = {}
+    for _ in range(70):
+        deep = {"d": deep}
+    code, err = await import_text(database_url, tmp_path,
+                                  export_text(thread_records(f"deep-{uid}", state=deep)))
+    assert code == 1 and "line 2: thread.nested deeper than 64 levels" in err, err
+    nul = thread_records(f"nul-{uid}", state={"text": "a\u0000b"})
+    text = export_text(nul)
+    code, err = await import_text(database_url, tmp_path, text)
+    assert code == 1 and "line 2: thread.a string holds \\u0000" in err, err
+    assert (await client.get(f"/v1/threads/nul-{uid}")).status_code == 404
+
+
+async def test_import_of_a_truncated_file_keeps_whole_threads(
+        database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
+    text = export_text(thread_records(f"first-{uid}", messages=[{}]),
+                       thread_records(f"second-{uid}", messages=[{}, {}, {}]))
+    cut_at = text.index('"message_id": "m2"', text.index(f"second-{uid}"))
+    code, err = await import_text(database_url, tmp_path, text[:cut_at])
+    line = text[:cut_at].count("\n") + 1
+    assert code == 1 and f"stopped at line {line}: truncated" in err, err
+    assert (await client.get(f"/v1/threads/first-{uid}")).status_code == 200
+    assert (await client.get(f"/v1/threads/second-{uid}")).status_code == 404
+
+    # Cut at a line boundary: the thread_end is missing, so the thread is not written either.
+    whole_lines = text[:text.index("\n", cut_at) + 1]
+    code, err = await import_text(database_url, tmp_path, whole_lines)
+    assert code == 1 and f"the input ends inside thread default/second-{uid}" in err, err
+    assert (await client.get(f"/v1/threads/second-{uid}")).status_code == 404
+    # A line lost in the middle: the thread_end's counts tell.
+    lines = text.splitlines(keepends=True)
+    lost = line_of(text, '"message_id": "m2"')
+    code, err = await import_text(database_url, tmp_path,
+                                  "".join(lines[:lost - 1] + lines[lost:]))
+    assert code == 1 and "its thread_end counts" in err, err
+    assert (await client.get(f"/v1/threads/second-{uid}")).status_code == 404
+    # Whole, it goes in; what was there already is left as it is.
+    code, err = await import_text(database_url, tmp_path, text)
+    assert code == 0 and "threads: 1 created, 1 unchanged" in err, err
+
+
+async def test_on_conflict(database_url: str, client: httpx.AsyncClient, tmp_path: Path,
+                           uid: str) -> None:
+    stored = export_text(thread_records(uid, state={"v": 1}, messages=[{}]))
+    changed = export_text(thread_records(uid, state={"v": 2}, messages=[{}, {}]))
+    assert (await import_text(database_url, tmp_path, stored))[0] == 0
+
+    code, err = await import_text(database_url, tmp_path, changed)
+    assert code == 1 and f"thread default/{uid} is stored with other content" in err, err
+    code, err = await import_text(database_url, tmp_path, changed, "--on-conflict", "skip")
+    assert code == 0 and "threads: 1 skipped" in err, err
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert thread["state"] == {"v": 1} and thread["message_count"] == 1
+
+    code, err = await import_text(database_url, tmp_path, changed, "--on-conflict", "replace")
+    assert code == 0 and "threads: 1 replaced" in err, err
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert thread["state"] == {"v": 2} and thread["message_count"] == 2
+    assert [m["id"] for m in await read_all(client, f"/v1/threads/{uid}/messages")] == \
+        ["m1", "m2"]
+    code, err = await import_text(database_url, tmp_path, changed, "--on-conflict", "replace")
+    assert code == 0 and "threads: 1 unchanged" in err, err
+
+
+@pytest.mark.parametrize("source_backend", BACKENDS)
+async def test_secrets_sealed_under_a_passphrase_or_redacted(source_backend: str,
+                                                              tmp_path: Path) -> None:
+    """Restorable where other keys are configured, with the passphrase; never in clear."""
+    old, new = new_key(), new_key()
+    passphrase = tmp_path / "passphrase"
+    passphrase.write_text("correct horse battery staple\n")
+    wrong = tmp_path / "wrong"
+    wrong.write_text("incorrect\n")
+    async with fresh_database(source_backend, tmp_path) as source, \
+            fresh_database(OTHER[source_backend], tmp_path) as target:
+        await migrated(source)
+        await migrated(target)
+        keyed = Settings(database_url=source, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
+                         secret_keys=[SecretStr(old)])
+        async with running(keyed) as app, http_client(app) as client:
+            assert (await client.put("/v1/mcp-servers/ib", json={
+                "server_type": "broker", "secrets": {"token": "tok-123", "pin": "0000"}},
+                headers={"If-None-Match": "*"})).status_code == 201
+        sealed, redacted = tmp_path / "sealed.jsonl", tmp_path / "redacted.jsonl"
+        code, _, err = await cli(source, "export", "-o", str(sealed), "--secrets-passphrase-file",
+                                 str(passphrase), env={"AGENTSTATE_SECRET_KEYS": old})
+        assert code == 0, err
+        assert "tok-123" not in sealed.read_text()
+        assert json.loads(sealed.read_text().splitlines()[0])["kdf"]["name"] == "scrypt"
+        code, _, err = await cli(source, "export", "-o", str(redacted), "--redact-secrets")
+        assert code == 0, err
+
+        code, _, err = await cli(target, "import", str(sealed),
+                                 env={"AGENTSTATE_SECRET_KEYS": new})
+        assert code == 2 and "pass --secrets-passphrase-file" in err, err
+        code, _, err = await cli(target, "import", str(sealed), "--secrets-passphrase-file",
+                                 str(wrong), env={"AGENTSTATE_SECRET_KEYS": new})
+        assert code == 1 and "the passphrase does not open the secrets of MCP server " \
+            "default/ib" in err, err
+        code, _, err = await cli(target, "import", str(sealed), "--secrets-passphrase-file",
+                                 str(passphrase), env={"AGENTSTATE_SECRET_KEYS": new})
+        assert code == 0 and "mcp_servers: 1 created" in err, err
+        code, _, err = await cli(target, "import", str(sealed), "--secrets-passphrase-file",
+                                 str(passphrase), env={"AGENTSTATE_SECRET_KEYS": new})
+        assert code == 0 and "mcp_servers: 1 unchanged" in err, err
+        rekeyed = Settings(database_url=target, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
+                           secret_keys=[SecretStr(new)])
+        async with running(rekeyed) as app, http_client(app) as client:
+            server = (await client.get("/v1/mcp-servers/ib",
+                                       params={"include_secrets": "true"})).json()
+            assert server["secrets"] == {"token": "tok-123", "pin": "0000"}
+            assert server["revision"] == 1
+            assert (await client.delete("/v1/mcp-servers/ib",
+                                        headers={"If-Match": '"1"'})).status_code == 204
+        code, _, err = await cli(target, "import", str(redacted), "--on-conflict", "replace",
+                                 env={"AGENTSTATE_SECRET_KEYS": new})
+        assert code == 0 and "mcp_servers: 1 replaced" in err, err
+        async with running(rekeyed) as app, http_client(app) as client:
+            server = (await client.get("/v1/mcp-servers/ib",
+                                       params={"include_secrets": "true"})).json()
+            assert server["secrets"] == {}, "a redacted export restores no secrets"
