@@ -189,7 +189,7 @@ def _run_import(args: argparse.Namespace) -> int:
 async def _import(args: argparse.Namespace) -> int:
     from app.core.secretbox import SecretKeyError, load_secret_box
     from app.db.engine import Database
-    from app.portability.foreign import foreign_items
+    from app.portability.foreign import foreign_source
     from app.portability.format import Header
     from app.portability.secrets import SecretsError, SecretsIn, read_passphrase
     from app.portability.service import (
@@ -203,6 +203,7 @@ async def _import(args: argparse.Namespace) -> int:
 
     settings = _settings()
     stream = None
+    notes: list[str] = []
     try:
         items: AsyncIterator[Item]
         if args.format == "agentstate":
@@ -212,7 +213,8 @@ async def _import(args: argparse.Namespace) -> int:
             items = from_sync(read_items(stream, settings))
         else:
             header = Header(schema=None)
-            items = foreign_items(args.format, args.source, args.tenant)
+            foreign = foreign_source(args.format, args.source, args.tenant)
+            items, notes = foreign.items, foreign.notes
         passphrase = (read_passphrase(args.secrets_passphrase_file)
                       if args.secrets_passphrase_file else None)
         secrets = SecretsIn(header.secrets, load_secret_box(settings), passphrase, header.kdf)
@@ -233,6 +235,9 @@ async def _import(args: argparse.Namespace) -> int:
                 summary = await importer.run(items)
             except ImportStopped as exc:
                 summary, stopped = importer.summary, exc
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                # Another store's data that is not what its library writes.
+                summary, stopped = importer.summary, ImportStopped(args.source, repr(exc))
     finally:
         await db.dispose()
         if stream is not None and stream is not sys.stdin.buffer:
@@ -243,9 +248,11 @@ async def _import(args: argparse.Namespace) -> int:
         print(f"warning: {line}", file=sys.stderr)
     for line in summary.refused:
         print(f"refused: {line}", file=sys.stderr)
+    for line in notes:
+        print(f"not imported: {line}", file=sys.stderr)
     if stopped is not None:
         print(f"stopped at {stopped}", file=sys.stderr)
-    return 1 if summary.refused or stopped is not None else 0
+    return 1 if summary.refused or notes or stopped is not None else 0
 
 
 # --- copy --------------------------------------------------------------------------------

@@ -9,11 +9,20 @@ no change here.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
     ColumnElement,
+    DateTime,
+    Integer,
+    MetaData,
     String,
+    Table,
+    Text,
     and_,
     delete,
     exists,
@@ -21,9 +30,13 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    tuple_,
+    union,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core.jsonutil import dumps
 from app.db.base import AnyRow
 from app.db.dialect import dialect_name
 from app.portability.format import EVENT, THREAD, Kind
@@ -62,17 +75,24 @@ class PortabilityRepository:
 
     async def children(self, kind: Kind, thread_pk: int,
                        thread: tuple[str, str]) -> AsyncIterator[AnyRow]:
-        """One thread's rows of a child kind, in file order, streamed."""
+        """One thread's rows of a child kind, in file order, a keyset batch per statement
+        (one round trip for the few rows most threads have, flat memory for the many)."""
         table = kind.table
         if kind.thread_fk is not None:
             where: ColumnElement[bool] = table.c[kind.thread_fk] == thread_pk
         else:  # events name their thread by id
             where = and_(table.c.tenant_id == thread[0], table.c.thread_id == thread[1])
-        stmt = (self._select(kind).where(where)
-                .order_by(*(self._ordered(table.c[name]) for name in kind.order)))
-        result = await self.connection.stream(stmt.execution_options(yield_per=BATCH))
-        async for row in result:
-            yield row
+        order = [self._ordered(table.c[name]) for name in kind.order]
+        stmt = self._select(kind).where(where).order_by(*order).limit(BATCH)
+        after: tuple[Any, ...] | None = None
+        while True:
+            page = stmt if after is None else stmt.where(tuple_(*order) > tuple_(*after))
+            rows = (await self.connection.execute(page)).all()
+            for row in rows:
+                yield row
+            if len(rows) < BATCH:
+                return
+            after = tuple(rows[-1]._mapping[name] for name in kind.order)
 
     async def loose_events(self) -> AsyncIterator[AnyRow]:
         """Events that name no thread row (MCP servers', or none at all), by seq."""
@@ -112,8 +132,23 @@ class PortabilityRepository:
         return pk
 
     async def insert(self, kind: Kind, rows: list[dict[str, Any]]) -> None:
-        if rows:
+        if not rows:
+            return
+        if self.postgres and len(rows) > 1:
+            await self._copy(kind.table, rows)
+        else:
             await self.connection.execute(insert(kind.table), rows)
+
+    async def _copy(self, table: Table, rows: list[dict[str, Any]]) -> None:
+        """Postgres COPY, in the transaction the connection is in: several times the rate
+        of a multi-row INSERT for the long runs of messages a copy writes."""
+        columns = list(rows[0])
+        json_columns = {name for name in columns if table.c[name].type._type_affinity is JSON}
+        records = [tuple(dumps(row[name]) if name in json_columns else row[name]
+                         for name in columns) for row in rows]
+        raw = await self.connection.get_raw_connection()
+        await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+            table.name, records=records, columns=columns)
 
     async def delete_thread(self, thread_pk: int, tenant_id: str, thread_id: str) -> None:
         """The thread row (its children go by ON DELETE CASCADE) and the events naming it."""
@@ -157,3 +192,150 @@ class PortabilityRepository:
     async def find_events(self, seqs: Sequence[int]) -> list[AnyRow]:
         return list((await self.connection.execute(
             self._select(EVENT).where(e.c.seq.in_(list(seqs))).order_by(e.c.seq))).all())
+
+
+# --- the stores agentstate replaces, read by `agentstate import --format ...` -------------
+# Their tables as those libraries create them, on a MetaData of their own: never part of
+# agentstate's schema or migrations.
+
+_foreign = MetaData()
+
+# aisuite 0.2.0, aisuite/agents/postgres_state_store.py SCHEMA_STATEMENTS.
+aisuite_heads = Table(
+    "agent_thread_heads", _foreign,
+    Column("thread_id", Text, primary_key=True),
+    Column("model_context_message_ids", ARRAY(Text)),
+    Column("full_history_message_ids", ARRAY(Text)),
+    Column("step_ids", ARRAY(Text)),
+    Column("compacted_from_message_ids", ARRAY(Text)),
+    Column("state", JSONB),
+    Column("revision", BigInteger),
+    Column("metadata", JSONB),
+    Column("created_at", DateTime(timezone=True)),
+    Column("updated_at", DateTime(timezone=True)),
+)
+aisuite_messages = Table(
+    "agent_messages", _foreign,
+    Column("message_id", Text, primary_key=True),
+    Column("thread_id", Text),
+    Column("role", Text),
+    Column("message", JSONB),
+    Column("artifact_refs", JSONB),
+    Column("created_at", DateTime(timezone=True)),
+)
+aisuite_compactions = Table(
+    "agent_compactions", _foreign,
+    Column("compaction_id", Text, primary_key=True),
+    Column("thread_id", Text),
+    Column("source_message_ids", ARRAY(Text)),
+    Column("summary_message_id", Text),
+    Column("summary_text", Text),
+    Column("reason", Text),
+    Column("model", Text),
+    Column("input_token_count", BigInteger),
+    Column("output_token_count", BigInteger),
+    Column("created_at", DateTime(timezone=True)),
+    Column("metadata", JSONB),
+)
+
+# The Colosseum design's three models (/work/shared/seeds, "Schema Design").
+colosseum_states = Table(
+    "agent_states", _foreign,
+    Column("id", Integer, primary_key=True),
+    Column("agent_name", String(255)),
+    Column("session_id", String(255)),
+    Column("state_data", JSON),
+    Column("created_at", DateTime),
+    Column("updated_at", DateTime),
+)
+colosseum_history = Table(
+    "conversation_history", _foreign,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", String(255)),
+    Column("agent_name", String(255)),
+    Column("role", String(50)),
+    Column("content", Text),
+    Column("metadata", JSON),
+    Column("timestamp", DateTime),
+)
+colosseum_servers = Table(
+    "mcp_server_states", _foreign,
+    Column("id", Integer, primary_key=True),
+    Column("server_name", String(255)),
+    Column("server_type", String(100)),
+    Column("state_data", JSON),
+    Column("last_connected", DateTime),
+)
+
+
+class AisuiteRepository:
+    """aisuite's PostgresStateStore tables, read thread by thread."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+
+    async def heads(self) -> AsyncIterator[AnyRow]:
+        h = aisuite_heads
+        result = await self.connection.stream(
+            select(h).order_by(h.c.thread_id.collate("C")).execution_options(yield_per=100))
+        async for row in result:
+            yield row
+
+    async def messages(self, thread_id: str) -> list[AnyRow]:
+        m = aisuite_messages
+        return list((await self.connection.execute(
+            select(m).where(m.c.thread_id == thread_id))).all())
+
+    async def compactions(self, thread_id: str) -> list[AnyRow]:
+        c = aisuite_compactions
+        return list((await self.connection.execute(
+            select(c).where(c.c.thread_id == thread_id)
+            .order_by(c.c.created_at, c.c.compaction_id))).all())
+
+
+class ColosseumRepository:
+    """The Colosseum design's tables, read session by session."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+
+    async def sessions(self) -> AsyncIterator[str]:
+        ids = union(select(colosseum_history.c.session_id),
+                    select(colosseum_states.c.session_id)).subquery()
+        result = await self.connection.stream(
+            select(ids.c.session_id).order_by(ids.c.session_id)
+            .execution_options(yield_per=BATCH))
+        async for row in result:
+            yield row.session_id
+
+    async def history(self, session_id: str) -> list[AnyRow]:
+        """Oldest first; rows saved at the same instant in the order they were saved."""
+        h = colosseum_history
+        return list((await self.connection.execute(
+            select(h).where(h.c.session_id == session_id).order_by(h.c.timestamp, h.c.id)
+        )).all())
+
+    async def states(self, session_id: str) -> list[AnyRow]:
+        """Every saved row, per agent oldest first (the design saves a row per call)."""
+        s = colosseum_states
+        return list((await self.connection.execute(
+            select(s).where(s.c.session_id == session_id)
+            .order_by(s.c.agent_name, func.coalesce(s.c.updated_at, s.c.created_at), s.c.id)
+        )).all())
+
+    async def servers(self) -> list[AnyRow]:
+        s = colosseum_servers
+        return list((await self.connection.execute(
+            select(s).order_by(s.c.server_name, s.c.id))).all())
+
+    async def latest(self) -> datetime | None:
+        """The newest time the database records anywhere."""
+        stamps = [
+            select(func.max(colosseum_history.c.timestamp)),
+            select(func.max(func.coalesce(colosseum_states.c.updated_at,
+                                          colosseum_states.c.created_at))),
+            select(func.max(colosseum_servers.c.last_connected)),
+        ]
+        values = [await self.connection.scalar(stmt) for stmt in stamps]
+        found = [value for value in values if value is not None]
+        return max(found) if found else None

@@ -17,6 +17,8 @@ These are maintenance commands: they own their transactions (docs/CONVENTIONS.md
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import pickle
 import tempfile
@@ -404,7 +406,7 @@ class Importer:
                     seen += 1
                 else:
                     raise ImportStopped(item.where, f"a {name} record outside its thread")
-                if self.progress is not None:
+                if self.progress is not None and name != THREAD_END:
                     self.progress(1)
             if bundle is not None:
                 raise ImportStopped(last, f"the input ends inside {bundle.label}: truncated; "
@@ -445,18 +447,21 @@ class Importer:
             bundle.refused = f"{item.where}: thread.{exc}"
             return bundle
         bundle.last_seq = record["last_seq"]
+        # A new thread (the common case) costs one INSERT; only a taken id is looked up.
+        stack = AsyncExitStack()
+        writer = ThreadWriter(await stack.enter_async_context(self.db.write()))
+        try:
+            created = await writer.start(record)
+        except BaseException:
+            await stack.aclose()
+            raise
+        if created:
+            bundle.stack, bundle.writer = stack, writer
+            return bundle
+        await stack.aclose()
         async with self.db.read() as connection:
             pk = await PortabilityRepository(connection).thread_pk(tenant_id, thread_id)
-        if pk is None:
-            stack = AsyncExitStack()
-            writer = ThreadWriter(await stack.enter_async_context(self.db.write()))
-            if await writer.start(record):
-                bundle.stack, bundle.writer = stack, writer
-                return bundle
-            await stack.aclose()  # created by someone else since: compare with theirs
-            async with self.db.read() as connection:
-                pk = await PortabilityRepository(connection).thread_pk(tenant_id, thread_id)
-            assert pk is not None
+        assert pk is not None, "the thread exists: its insert found the id taken"
         bundle.target = await self._digest(pk)
         bundle.hasher = hashlib.sha256()
         if self.on_conflict == "replace":
@@ -683,17 +688,35 @@ async def copy(source: Database, target: Database, target_settings: Settings,
 
     async with snapshot(source) as connection:
         exporter = Exporter(connection, SecretsOut("ciphertext", None))
+        # Reading the source and writing the target overlap: the reader runs ahead by at
+        # most a queue of records (memory stays flat), each side waits on its own database.
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=4 * BATCH)
+
+        async def read() -> None:
+            try:
+                async for record in exporter.records():
+                    await queue.put(record)
+            finally:
+                await queue.put(None)
 
         async def items() -> AsyncIterator[Item]:
             number = 0
-            async for record in exporter.records():
+            while (record := await queue.get()) is not None:
                 number += 1
                 yield Item(f"record {number}", record, trusted=True)
+            await reader  # the reader's exception, if it stopped early
 
         importer = Importer(target, target_settings,
                             SecretsIn("ciphertext", load_secret_box(target_settings)),
                             on_conflict, progress)
-        return await importer.run(items())
+        reader = asyncio.create_task(read())
+        try:
+            return await importer.run(items())
+        finally:
+            if not reader.done():
+                reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
 
 
 @dataclass
