@@ -192,7 +192,11 @@ async def _aisuite_postgres(url: str, tenant_id: str, notes: list[str]) -> Async
             async for head in repo.heads():
                 rows = {row.message_id: row for row in await repo.messages(head.thread_id)}
                 compactions = await repo.compactions(head.thread_id)
-                records, dropped = _aisuite_thread(tenant_id, head, rows, compactions)
+                try:
+                    records, dropped = _aisuite_thread(tenant_id, head, rows, compactions)
+                except ValueError as exc:  # this thread only: the others still go in
+                    notes.append(str(exc))
+                    continue
                 if dropped:
                     notes.append(f"thread {head.thread_id}: {dropped} messages that a later "
                                  "save replaced (no longer in its context, not compacted) "
