@@ -20,13 +20,11 @@ import anyio
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import inspect
 
 from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
-from app.db.models import Base
 from app.portability import format as fmt
 from app.portability.validation import CHECKS
 from tests.conftest import BACKENDS, http_client, running

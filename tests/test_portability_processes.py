@@ -63,7 +63,7 @@ async def test_copy_killed_and_run_again_ends_as_an_uninterrupted_copy(
 
         # Kill -9 once the copy has committed some threads but not all.
         env = {**os.environ, "AGENTSTATE_AUTO_MIGRATE": "false"}
-        process = subprocess.Popen(
+        process = subprocess.Popen(  # noqa: ASYNC220 - a process of its own, to kill -9
             [sys.executable, "-m", "app.cli", "copy", "--from", source, "--to", killed],
             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         copied = 0

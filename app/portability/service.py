@@ -465,7 +465,7 @@ class Importer:
         bundle.target = await self._digest(pk)
         bundle.hasher = hashlib.sha256()
         if self.on_conflict == "replace":
-            bundle.spool = tempfile.TemporaryFile()
+            bundle.spool = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the bundle
         self._keep(bundle, record)
         return bundle
 
