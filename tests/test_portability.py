@@ -48,6 +48,15 @@ def test_every_tenant_table_has_a_kind() -> None:
         "every kind needs its API checks in app/portability/validation.py"
 
 
+def test_binary_and_boolean_columns_have_a_form() -> None:
+    """Bytes travel as base64 and come back as bytes (checkpoint segments will need it)."""
+    from sqlalchemy import Boolean, Column, LargeBinary, MetaData, Table
+
+    table = Table("t", MetaData(), Column("data", LargeBinary), Column("flag", Boolean))
+    assert fmt.column_kind(table.c.data) == "bytes" and fmt.column_kind(table.c.flag) == "bool"
+    assert fmt.encode({"data": b"\x00\xffab", "flag": True}) == '{"data":"AP9hYg==","flag":true}'
+
+
 def test_every_kind_is_named_by_a_unique_key_and_carries_no_internal_id() -> None:
     for kind in fmt.KINDS:
         table = kind.table
@@ -64,6 +73,10 @@ def test_every_kind_is_named_by_a_unique_key_and_carries_no_internal_id() -> Non
                 assert fk.column.table.name == fmt.THREAD_TABLE, (
                     f"{table.name}.{column.name} points at {fk.column.table.name}: teach "
                     "app/portability a parent other than threads")
+                assert not column.nullable, (
+                    f"{table.name}.{column.name} may be NULL: rows of no thread travel in no "
+                    "bundle; give them a path outside threads, as events that name no "
+                    "thread have")
             if column.info.get("secret"):
                 assert f"{table.name}.{column.name}" in fmt.SEALED | fmt.PORTABLE_SECRETS, (
                     f"{table.name}.{column.name} is secret: seal it or declare it portable")

@@ -24,6 +24,7 @@ A file is:
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -157,6 +158,8 @@ def parse_timestamp(text: str) -> datetime:
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return timestamp_text(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
     raise TypeError(f"cannot write {type(value).__name__}")
 
 
@@ -165,16 +168,24 @@ def encode(record: dict[str, Any]) -> str:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=_json_default)
 
 
-def column_kind(column: Column[Any]) -> Literal["timestamp", "int", "str", "json"]:
-    """How a column's values are written: timestamps as RFC 3339 text, JSON as JSON."""
+Form = Literal["timestamp", "int", "bool", "str", "bytes", "json"]
+
+
+def column_kind(column: Column[Any]) -> Form:
+    """How a column's values are written: timestamps as RFC 3339 text, bytes as base64,
+    JSON as JSON."""
     sql_type = getattr(column.type, "impl_instance", column.type)  # a TypeDecorator's base
     if sql_type.__visit_name__ == "JSON":
         return "json"
     python_type = sql_type.python_type
     if python_type is datetime:
         return "timestamp"
+    if python_type is bool:
+        return "bool"
     if python_type is int:
         return "int"
+    if python_type is bytes:
+        return "bytes"
     if python_type is str:
         return "str"
     raise TypeError(f"{column.table.name}.{column.name}: no format for {column.type!r}")

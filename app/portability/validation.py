@@ -6,6 +6,8 @@ A record that would not have been accepted over HTTP is not accepted from a file
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Callable
 from functools import cache
@@ -202,6 +204,13 @@ def _value(kind: Kind, field: str, value: Any) -> Any:
             raise _fail(field, str(exc)) from None
     if form == "int" and (type(value) is not int):
         raise _fail(field, "must be an integer")
+    if form == "bool" and not isinstance(value, bool):
+        raise _fail(field, "must be true or false")
+    if form == "bytes":
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise _fail(field, "must be base64") from None
     if form == "str":
         length = getattr(column.type, "length", None)
         if not isinstance(value, str):
