@@ -1,0 +1,119 @@
+"""schemathesis over the OpenAPI document, against a real `agentstate serve` on each backend.
+
+One test per operation and backend, generated from the document the application builds (so
+a new endpoint is fuzzed without touching this file). Every response must pass:
+no server error, a declared status, a declared content type, a body that matches the declared
+schema, and the declared response headers. The server runs on a fresh database of its own, so
+what a run finds does not depend on the other tests (and `derandomize` makes it repeat).
+Beyond the issue's three (server errors, response schemas, undocumented statuses and content
+types) the document must tell the truth about what is accepted, authenticated and allowed.
+
+The budget is `AGENTSTATE_FUZZ_EXAMPLES` generated cases per operation and phase (default 25:
+about 85 s per backend on the shared 2-core machine); `docs/testing.md` says how to run more.
+Strings are generated without U+0000 (the API refuses it in every string, as documented).
+
+Operations that fail today are `xfail(strict=True)` per backend ("issue 12 phase B").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    allow_header_conformance,
+    content_type_conformance,
+    ignored_auth,
+    missing_required_header,
+    negative_data_rejection,
+    positive_data_acceptance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+    unsupported_method,
+)
+
+from app.core.settings import Settings
+from app.main import create_app
+from tests.conftest import migrated_database
+from tests.support import ServerProcess
+
+PHASE_B = "issue 12 phase B"
+BUDGET = int(os.environ.get("AGENTSTATE_FUZZ_EXAMPLES", "25"))
+# Every check that judges one response (the stateful-only ones need the stateful phase): the
+# issue's three (server errors, response schemas, undocumented statuses and content types),
+# the declared headers, and the document telling the truth about what is accepted.
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_schema_conformance, response_headers_conformance, negative_data_rejection,
+          positive_data_acceptance, missing_required_header, ignored_auth, unsupported_method,
+          allow_header_conformance]
+
+CONFIG = schemathesis.Config.from_dict({
+    # Strings with U+0000 are refused everywhere (Postgres cannot store them): 422, by design.
+    "generation": {"allow-x00": False, "codec": "utf-8", "database": "none"},
+    "phases": {"examples": {"enabled": True}, "coverage": {"enabled": True},
+               "fuzzing": {"enabled": True}, "stateful": {"enabled": False}},
+})
+
+
+def document() -> dict:
+    return create_app(Settings(database_url="sqlite+aiosqlite:///:memory:",  # type: ignore[call-arg]
+                               auto_migrate=False, _env_file=None)).openapi()
+
+
+schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
+
+BOTH = frozenset({"sqlite", "postgres"})
+# Operations that fail today, on which backends, and the first check that fails (a run stops
+# an operation at its first failing case). ST203/ST201/ST401: the document says every /v1
+# call needs a key, an open server answers without one (security must allow `{}`). ST205:
+# a 405's Allow lists one route's methods, not the path's. ST202: a message with
+# `tool_calls` on a non-assistant role is valid by the schema and refused by the server.
+FAILING: dict[str, frozenset[str]] = {
+    "POST /v1/threads": BOTH,  # ST401, ST201, ST203
+    "GET /v1/threads": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}": BOTH,  # ST203
+    "PUT /v1/threads/{thread_id}": BOTH,  # ST203
+    "PATCH /v1/threads/{thread_id}": BOTH,  # ST203
+    "DELETE /v1/threads/{thread_id}": BOTH,  # ST203
+    "POST /v1/threads/{thread_id}/messages": BOTH,  # ST202
+    "GET /v1/threads/{thread_id}/messages": BOTH,  # ST203
+    "POST /v1/threads/{thread_id}/compactions": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}/compactions": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}/compactions/{compaction_id}": BOTH,  # ST205
+    "DELETE /v1/threads/{thread_id}/compactions/{compaction_id}": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}/agents/{agent_name}/state": BOTH,  # ST205
+    "PUT /v1/threads/{thread_id}/agents/{agent_name}/state": BOTH,  # ST203
+    "PATCH /v1/threads/{thread_id}/agents/{agent_name}/state": BOTH,  # ST203
+    "DELETE /v1/threads/{thread_id}/agents/{agent_name}/state": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}/agents": BOTH,  # ST203
+    "GET /v1/agent-states": BOTH,  # ST203
+    "GET /v1/mcp-servers": BOTH,  # ST203
+    "GET /v1/mcp-servers/{server_name}": BOTH,  # ST205
+    "PUT /v1/mcp-servers/{server_name}": BOTH,  # ST203
+    "PATCH /v1/mcp-servers/{server_name}": BOTH,  # ST203
+    "DELETE /v1/mcp-servers/{server_name}": BOTH,  # ST203
+    "GET /v1/events": BOTH,  # ST203
+}
+
+
+@pytest.fixture(scope="module")
+def fuzzed_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
+    with migrated_database(backend, tmp_path_factory) as url, ServerProcess(url) as server:
+        yield server.base_url
+
+
+@pytest.mark.slow
+@schema.parametrize()
+@settings(max_examples=BUDGET, derandomize=True, database=None, deadline=None,
+          phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+def test_openapi_contract(case: schemathesis.Case, fuzzed_server: str, backend: str,
+                          request: pytest.FixtureRequest) -> None:
+    if backend in FAILING.get(case.operation.label, frozenset()):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=PHASE_B))
+    case.call_and_validate(base_url=fuzzed_server, checks=CHECKS)
