@@ -335,7 +335,7 @@ async def test_statement_cancelled_by_timeout_is_503(database_url: str, backend:
     Retry-After, and nothing written."""
     xfail_on(request, backend, PG)
     settings = Settings(database_url=database_url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
-                        statement_timeout_ms=300, sqlite_busy_timeout_ms=300)
+                        statement_timeout_ms=1000, sqlite_busy_timeout_ms=1000)
     thread = f"locked-{uid}"
     async with running(settings) as application:
         transport = httpx.ASGITransport(app=application, raise_app_exceptions=False)
