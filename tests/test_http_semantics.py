@@ -104,7 +104,8 @@ class Seeded:
 
 
 async def seed(client: httpx.AsyncClient, uid: str, *, thread: bool = True, messages: int = 5,
-               compactions: int = 2, agents: int = 2, servers: int = 2) -> Seeded:
+               compactions: int = 2, agents: int = 2, servers: int = 2,
+               history: bool = False) -> Seeded:
     """Resources at known names: by default two of everything that lists."""
     thread_id = f"sem-{uid}"
     if thread:
@@ -114,6 +115,10 @@ async def seed(client: httpx.AsyncClient, uid: str, *, thread: bool = True, mess
                     {"id": f"m{i}", "role": "user", "content": f"message {i}"}
                     for i in range(1, messages + 1)]})
         assert created.status_code == 201, created.text
+        if history:  # a second kept revision of the state
+            patched = await client.patch(f"/v1/threads/{thread_id}", json={"state": {"n": 1}},
+                                         headers={"If-Match": '"1"'})
+            assert patched.status_code == 200, patched.text
     made = []
     for source in ("m1", "m2")[:compactions]:
         done = await client.post(f"/v1/threads/{thread_id}/compactions", json={
@@ -129,7 +134,8 @@ async def seed(client: httpx.AsyncClient, uid: str, *, thread: bool = True, mess
                                json={"server_type": "broker", "state": {}})
         assert put.status_code == 201, put.text
     return Seeded(thread_id, made, {
-        "thread_id": thread_id, "message_id": "m4", "compaction_id": made[-1] if made else "none",
+        "thread_id": thread_id, "revision": "1", "message_id": "m4",
+        "compaction_id": made[-1] if made else "none",
         "agent_name": "a1", "server_name": f"s1-{uid}"})
 
 
@@ -139,7 +145,7 @@ async def seeded(database_url: str) -> Seeded:
     settings = Settings(database_url=database_url, auto_migrate=False,  # type: ignore[call-arg]
                         _env_file=None)
     async with running(settings) as application, http_client(application) as client:
-        return await seed(client, uuid.uuid4().hex[:12])
+        return await seed(client, uuid.uuid4().hex[:12], history=True)
 
 
 def comparable(response: httpx.Response, path: str) -> dict[str, str]:
@@ -401,7 +407,7 @@ async def test_patch_responses_advertise_accept_patch(client: httpx.AsyncClient,
 
 LISTS = ["/v1/threads", "/v1/events", "/v1/agent-states", "/v1/mcp-servers",
          "/v1/threads/{thread_id}/messages", "/v1/threads/{thread_id}/compactions",
-         "/v1/threads/{thread_id}/agents"]
+         "/v1/threads/{thread_id}/agents", "/v1/threads/{thread_id}/revisions"]
 
 
 @pytest.mark.parametrize("path", LISTS)
@@ -454,6 +460,7 @@ BAD_BODIES = [
 ]
 
 
+@pytest.mark.slow  # keys are made with the real CLI
 @pytest.mark.parametrize("credentials", ["none", "unknown-key"])
 @pytest.mark.parametrize("bad", BAD_BODIES, ids=lambda b: b[0])
 async def test_401_comes_before_anything_about_the_body(
@@ -468,6 +475,7 @@ async def test_401_comes_before_anything_about_the_body(
     assert_problem(response, 401)
 
 
+@pytest.mark.slow  # keys are made with the real CLI
 @pytest.mark.parametrize("bad", BAD_BODIES, ids=lambda b: b[0])
 async def test_403_comes_before_anything_about_the_body(
         secured_client: httpx.AsyncClient, keys: Keys, uid: str, bad: tuple[str, bytes, str],
@@ -478,6 +486,7 @@ async def test_403_comes_before_anything_about_the_body(
     assert_problem(response, 403)
 
 
+@pytest.mark.slow  # keys are made with the real CLI
 @pytest.mark.parametrize("second", ["invalid", "same", "another-valid"])
 async def test_several_authorization_headers_are_400(secured_client: httpx.AsyncClient,
                                                      keys: Keys, second: str,
@@ -491,6 +500,7 @@ async def test_several_authorization_headers_are_400(secured_client: httpx.Async
         assert_problem(response, 400)
 
 
+@pytest.mark.slow  # keys are made with the real CLI
 async def test_write_implies_read(secured_client: httpx.AsyncClient, keys: Keys, uid: str,
                                   request: pytest.FixtureRequest) -> None:
     writer = bearer(keys.write_only)

@@ -80,6 +80,8 @@ FAILING: dict[str, frozenset[str]] = {
     "PUT /v1/threads/{thread_id}": BOTH,  # ST203
     "PATCH /v1/threads/{thread_id}": BOTH,  # ST203
     "DELETE /v1/threads/{thread_id}": BOTH,  # ST203
+    "GET /v1/threads/{thread_id}/revisions": BOTH,  # ST203
+    "POST /v1/threads/{thread_id}/fork": BOTH,  # ST203
     "POST /v1/threads/{thread_id}/messages": BOTH,  # ST202
     "GET /v1/threads/{thread_id}/messages": BOTH,  # ST203
     "POST /v1/threads/{thread_id}/compactions": BOTH,  # ST203
