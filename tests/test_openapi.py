@@ -173,7 +173,7 @@ def required_headers(spec: dict[str, Any], method: str, path: str) -> dict[str, 
     if method == "put":
         need("201", "ETag")
         need("201", "Location")
-    if (method, path) == ("post", "/v1/threads"):
+    if (method, path) in (("post", "/v1/threads"), ("post", "/v1/threads/{thread_id}/fork")):
         need("201", "ETag")
         need("201", "Location")
     if (method, path) == ("post", "/v1/threads/{thread_id}/messages"):
