@@ -68,6 +68,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             "`revision`, sent as a strong `ETag`; writes take `If-Match`."
         ),
         lifespan=lifespan,
+        # A trailing slash is a 404 problem, never a redirect built from the Host header.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.metrics = metrics

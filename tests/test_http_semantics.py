@@ -18,7 +18,6 @@ replaces and every write answers with the representation, so a key that may writ
 what it writes anyway (today through `PATCH {}`); the scope ladder says so instead of leaking.
 A write-only key's GET is therefore 200.
 
-Checks that fail on the current code are `xfail(strict=True)` per case ("issue 12 phase B").
 """
 
 from __future__ import annotations
@@ -39,14 +38,8 @@ from tests.support import bearer, create_key
 
 pytestmark = pytest.mark.anyio
 
-PHASE_B = "issue 12 phase B"
 METHODS = ("GET", "PUT", "PATCH", "POST", "DELETE")
 MERGE_PATCH = "application/merge-patch+json"
-
-
-def xfail_if(request: pytest.FixtureRequest, condition: bool) -> None:
-    if condition:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=PHASE_B))
 
 
 def assert_problem(response: httpx.Response, status: int) -> dict[str, Any]:
@@ -79,9 +72,6 @@ def route_methods() -> dict[str, frozenset[str]]:
 
 ROUTES = route_methods()
 GET_PATHS = [path for path, methods in ROUTES.items() if "GET" in methods]
-# Today HEAD is answered only by the routes Starlette adds it to (the documentation pages),
-# and OPTIONS by none.
-HEAD_TODAY = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
 def expected_allow(path: str) -> set[str]:
@@ -156,7 +146,6 @@ def comparable(response: httpx.Response, path: str) -> dict[str, str]:
 @pytest.mark.parametrize("path", GET_PATHS)
 async def test_head_answers_like_get(client: httpx.AsyncClient, seeded: Seeded, path: str,
                                      request: pytest.FixtureRequest) -> None:
-    xfail_if(request, path not in HEAD_TODAY)
     url = seeded.url(path)
     get = await client.get(url)
     head = await client.head(url)
@@ -168,7 +157,6 @@ async def test_head_answers_like_get(client: httpx.AsyncClient, seeded: Seeded, 
 @pytest.mark.parametrize("path", list(ROUTES))
 async def test_options_lists_allow(client: httpx.AsyncClient, seeded: Seeded, path: str,
                                    request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     response = await client.options(seeded.url(path))
     assert response.status_code == 204, response.text
     assert response.content == b""
@@ -180,7 +168,6 @@ async def test_options_lists_allow(client: httpx.AsyncClient, seeded: Seeded, pa
 @pytest.mark.parametrize("path", list(ROUTES))
 async def test_405_carries_the_full_allow(client: httpx.AsyncClient, seeded: Seeded, path: str,
                                           request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)  # today Allow names the first matching route's methods only
     method = next(m for m in ("POST", "PUT", "PATCH", "DELETE") if m not in ROUTES[path])
     response = await client.request(method, seeded.url(path))
     assert_problem(response, 405)
@@ -191,7 +178,6 @@ async def test_405_carries_the_full_allow(client: httpx.AsyncClient, seeded: See
 async def test_trailing_slash_is_404_not_a_redirect(client: httpx.AsyncClient, seeded: Seeded,
                                                     path: str,
                                                     request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     response = await client.get(seeded.url(path) + "/")
     assert_problem(response, 404)
     assert "location" not in response.headers
@@ -263,15 +249,10 @@ async def send(client: httpx.AsyncClient, seeded: Seeded, write: Write,
                                 headers=headers)
 
 
-# Strong comparison is exact today only where the tag is compared as text.
-EXACT_TODAY: set[str] = set()
-
-
 @pytest.mark.parametrize("write", WRITES, ids=lambda w: w.id)
 async def test_strong_comparison_is_exact(client: httpx.AsyncClient, uid: str,
                                           write: Write, request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    xfail_if(request, write.id not in EXACT_TODAY)
     before = await current(client, fresh, write.of)
     response = await send(client, fresh, write, [("If-Match", f'"0{before["revision"]}"')])
     assert_problem(response, 412)
@@ -284,7 +265,6 @@ async def test_if_match_lines_are_one_list(client: httpx.AsyncClient, uid: str,
                                            write: Write, order: str,
                                            request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    xfail_if(request, order == "current-last")
     revision = (await current(client, fresh, write.of))["revision"]
     lines = [("If-Match", f'"{revision}"'), ("If-Match", '"999999"')]
     if order == "current-last":
@@ -302,8 +282,6 @@ ORDERING = [
     ("stale-match-and-none-match-star-on-missing", '"9"', "*", False, 412),
     ("match-and-none-match-other", "current", '"999999"', True, 200),
 ]
-ORDERING_TODAY_WRONG = {("put-thread", "match-and-none-match-current"),
-                        ("put-thread", "stale-match-and-none-match-star-on-missing")}
 
 
 @pytest.mark.parametrize("case", ORDERING, ids=lambda c: c[0])
@@ -312,8 +290,7 @@ async def test_put_evaluates_preconditions_in_rfc_order(
         client: httpx.AsyncClient, uid: str, write: Write,
         case: tuple[str, str, str, bool, int], request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    name, if_match, if_none_match, exists, expected = case
-    xfail_if(request, (write.id, name) in ORDERING_TODAY_WRONG)
+    _name, if_match, if_none_match, exists, expected = case
     if not exists:
         fresh = Seeded(fresh.thread, fresh.compactions, {
             **fresh.values, "thread_id": f"missing-{uid}", "agent_name": "missing",
@@ -342,7 +319,6 @@ async def test_if_match_on_get_is_honoured(client: httpx.AsyncClient, seeded: Se
     revision = (await current(client, seeded, of))["revision"]
     for tag in (f'"{revision}"', f'"7", "{revision}"', "*"):
         assert (await client.get(url, headers={"If-Match": tag})).status_code == 200, tag
-    xfail_if(request, True)
     assert_problem(await client.get(url, headers={"If-Match": '"999999"'}), 412)
 
 
@@ -356,7 +332,6 @@ async def test_a_body_without_content_type_is_415(client: httpx.AsyncClient, uid
                                                   write: Write,
                                                   request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    xfail_if(request, True)
     before = await current(client, fresh, write.of)
     response = await client.request(write.method, fresh.url(write.path), content=write.body,
                                     headers={"If-Match": f'"{before["revision"]}"'})
@@ -366,7 +341,6 @@ async def test_a_body_without_content_type_is_415(client: httpx.AsyncClient, uid
 
 async def test_a_body_without_content_type_is_415_on_create(
         client: httpx.AsyncClient, uid: str, request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     response = await client.post("/v1/threads", content=f'{{"thread_id": "ct-{uid}"}}'.encode())
     assert_problem(response, 415)
     assert (await client.get(f"/v1/threads/ct-{uid}")).status_code == 404
@@ -380,7 +354,6 @@ async def test_json_patch_is_415_with_accept_patch(client: httpx.AsyncClient, ui
                                                    write: Write,
                                                    request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    xfail_if(request, True)
     before = await current(client, fresh, write.of)
     response = await client.patch(
         fresh.url(write.path), content=b'[{"op": "replace", "path": "/state", "value": {}}]',
@@ -396,7 +369,6 @@ async def test_patch_responses_advertise_accept_patch(client: httpx.AsyncClient,
                                                       write: Write,
                                                       request: pytest.FixtureRequest) -> None:
     fresh = await seed_for(client, uid, write.of)
-    xfail_if(request, True)
     revision = (await current(client, fresh, write.of))["revision"]
     response = await send(client, fresh, write, [("If-Match", f'"{revision}"')])
     assert response.status_code == 200, response.text
@@ -414,7 +386,6 @@ LISTS = ["/v1/threads", "/v1/events", "/v1/agent-states", "/v1/mcp-servers",
 async def test_link_is_relative_never_from_host(client: httpx.AsyncClient, seeded: Seeded,
                                                 path: str,
                                                 request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     response = await client.get(seeded.url(path), params={"limit": 1},
                                 headers={"Host": "evil.example"})
     assert response.status_code == 200, response.text
@@ -425,7 +396,6 @@ async def test_link_is_relative_never_from_host(client: httpx.AsyncClient, seede
 
 async def test_link_uses_the_configured_base_url(settings: Settings, uid: str,
                                                  request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     configured = Settings(database_url=settings.database_url, auto_migrate=False,  # type: ignore[call-arg]
                           _env_file=None, public_base_url="https://state.example.com")
     async with running(configured) as application, http_client(application) as client:
@@ -466,7 +436,6 @@ BAD_BODIES = [
 async def test_401_comes_before_anything_about_the_body(
         secured_client: httpx.AsyncClient, keys: Keys, uid: str, credentials: str,
         bad: tuple[str, bytes, str], request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     headers = {"Content-Type": bad[2]}
     if credentials == "unknown-key":
         headers |= bearer(keys.full[:-2] + "zz")
@@ -480,7 +449,6 @@ async def test_401_comes_before_anything_about_the_body(
 async def test_403_comes_before_anything_about_the_body(
         secured_client: httpx.AsyncClient, keys: Keys, uid: str, bad: tuple[str, bytes, str],
         request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     response = await secured_client.post(f"/v1/threads/auth-{uid}/messages", content=bad[1],
                                          headers={"Content-Type": bad[2], **bearer(keys.read_only)})
     assert_problem(response, 403)
@@ -491,7 +459,6 @@ async def test_403_comes_before_anything_about_the_body(
 async def test_several_authorization_headers_are_400(secured_client: httpx.AsyncClient,
                                                      keys: Keys, second: str,
                                                      request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     other = {"invalid": "Bearer agst_0000000000000000_nope", "same": f"Bearer {keys.full}",
              "another-valid": f"Bearer {keys.read_only}"}[second]
     for lines in ([("Authorization", f"Bearer {keys.full}"), ("Authorization", other)],
@@ -510,7 +477,6 @@ async def test_write_implies_read(secured_client: httpx.AsyncClient, keys: Keys,
     patched = await secured_client.patch(f"/v1/threads/w-{uid}", content=b"{}", headers={
         "If-Match": '"1"', "Content-Type": MERGE_PATCH, **writer})
     assert patched.status_code == 200 and patched.json()["state"] == {"a": 1}
-    xfail_if(request, True)
     for path in (f"/v1/threads/w-{uid}", "/v1/threads", f"/v1/threads/w-{uid}/messages"):
         response = await secured_client.get(path, headers=writer)
         assert response.status_code == 200, (path, response.text)

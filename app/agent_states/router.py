@@ -87,6 +87,6 @@ async def query_agent_states(
 ) -> Page[AgentStateOut]:
     page = await AgentStateService(uow, settings).query(
         limit=limit, cursor=cursor, agent_name=agent_name, thread_id=thread_id,
-        state_contains=json_object_param("state_contains", state_contains),
+        state_contains=json_object_param("state_contains", state_contains, settings.max_json_depth),
     )
     return linked(request, response, page)

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 OPEN_TENANT = "default"
 ANONYMOUS = "anonymous"
 ALL_SCOPES = frozenset({"read", "write", "secrets:read", "admin"})
+# What a scope grants beyond itself. `write` implies `read`: a conditional write needs the
+# revision it replaces and every write answers with the representation (docs/auth.md).
+IMPLIES: dict[str, frozenset[str]] = {"admin": ALL_SCOPES, "write": frozenset({"read"})}
 
 
 @dataclass(frozen=True)
@@ -17,4 +20,4 @@ class Principal:
     scopes: frozenset[str]
 
     def can(self, scope: str) -> bool:
-        return scope in self.scopes or "admin" in self.scopes
+        return scope in self.scopes or any(scope in IMPLIES.get(held, ()) for held in self.scopes)

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.core.schemas import INT64_MAX, JsonObject, Name, Strict, Timestamp
 from app.messages.schemas import MessageIn, MessageOut, ShortText
 
 MAX_SOURCES = 10_000
@@ -18,8 +18,8 @@ class CompactionIn(Strict):
     summary: MessageIn = Field(description="Stored as a message standing where the run stood.")
     reason: Annotated[str, Field(max_length=4096)] | None = None
     model: ShortText | None = None
-    input_token_count: Annotated[int, Field(ge=0)] | None = None
-    output_token_count: Annotated[int, Field(ge=0)] | None = None
+    input_token_count: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
+    output_token_count: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
     metadata: JsonObject = Field(default_factory=dict)
 
 

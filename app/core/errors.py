@@ -70,6 +70,14 @@ class NotFound(AppError):
     status, code, title = 404, "not_found", "Not Found"
 
 
+class MethodNotAllowed(AppError):
+    status, code, title = 405, "method_not_allowed", "Method Not Allowed"
+
+
+class UriTooLong(AppError):
+    status, code, title = 414, "uri_too_long", "URI Too Long"
+
+
 class Conflict(AppError):
     status, code, title = 409, "conflict", "Conflict"
 

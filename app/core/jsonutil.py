@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
+
+from app.core.errors import Unprocessable
 
 _STRUCTURE = re.compile(rb'["\\\[\]{}]')
 # \u0000 (Postgres cannot store it) or a lone UTF-16 surrogate, not itself escaped.
@@ -20,13 +23,57 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+class OutOfRange(ValueError):
+    """A JSON number no backend stores as written: outside double range (`1e400`, which
+    Python reads as infinity), or an integer of more digits than Python parses."""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def loads_strict(body: bytes) -> Any:
-    """json.loads that refuses NaN/Infinity (not JSON, and Postgres refuses them)."""
-    return json.loads(body, parse_constant=_reject_constant)
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise OutOfRange(f"the number {text[:40]} is outside double range")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > 4000:  # Python refuses to parse more than 4300 digits
+        raise OutOfRange("an integer of more than 4000 digits")
+    return int(text)
+
+
+def loads_strict(body: bytes | str) -> Any:
+    """json.loads that refuses NaN/Infinity (not JSON, and Postgres refuses them), and
+    numbers outside double range (OutOfRange)."""
+    return json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float,
+                      parse_int=_bounded_int)
+
+
+def parse_checked(body: bytes, max_depth: int, *, parameter: str | None = None) -> Any:
+    """The one parse of a JSON text a client sent (a body, or a query parameter named
+    `parameter`), with the body rules: nesting deeper than `max_depth`, numbers outside
+    double range, U+0000 and unpaired surrogates are 422; text that is not JSON raises
+    ValueError (the caller says 400 or 422)."""
+    where: dict[str, str] = {"parameter": parameter} if parameter else {"pointer": ""}
+    name = f"{parameter}: " if parameter else ""
+    if exceeds_depth(body, max_depth):
+        raise Unprocessable(
+            f"{name}JSON nests deeper than {max_depth} levels.", errors=[
+                {**where, "code": "json_too_deep", "message": f"maximum depth is {max_depth}"}])
+    try:
+        value = loads_strict(body)
+    except OutOfRange as exc:
+        raise Unprocessable(f"{name}{exc}.", errors=[
+            {**where, "code": "number_out_of_range", "message": str(exc)}]) from None
+    if has_unstorable_escape(body):
+        raise Unprocessable(
+            f"{name}Strings may not contain U+0000 or unpaired UTF-16 surrogates.", errors=[
+                {**where, "code": "invalid_string",
+                 "message": "U+0000 or an unpaired surrogate escape"}])
+    return value
 
 
 def exceeds_depth(body: bytes, limit: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -39,7 +40,17 @@ def decode_cursor(kind: str, cursor: str | None, arity: int) -> list[Any] | None
         decoded = None
     if not isinstance(decoded, list) or len(decoded) != arity + 1 or decoded[0] != kind:
         raise bad_cursor()
+    if not all(_storable(value) for value in decoded[1:]):
+        raise bad_cursor()  # we never hand out a number a BIGINT column cannot hold
     return decoded[1:]
+
+
+def _storable(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return -(2**63) <= value < 2**63
 
 
 def decode_name_cursor(kind: str, cursor: str | None, arity: int) -> tuple[str, ...] | None:

@@ -27,10 +27,24 @@ from app.core.errors import (
 )
 
 _ETAG = re.compile(r'\s*(W/)?"([^"]*)"\s*(?:,|$)')
+# A revision as we write it in an ETag: no sign, no leading zero, ASCII digits, within int64.
+# Any other opaque tag is well formed and names no revision (strong comparison is exact).
+_REVISION_TAG = re.compile(r"0|[1-9][0-9]{0,18}", re.ASCII)
+INT64_MAX = 2**63 - 1
+# More entity tags than any client needs: the header is malformed (400), not a database query.
+MAX_TAGS = 64
 
 
 def etag(revision: int) -> str:
     return f'"{revision}"'
+
+
+def revision_of_tag(tag: str) -> int | None:
+    """The revision an opaque tag names exactly as `etag()` writes it, else None."""
+    if _REVISION_TAG.fullmatch(tag) is None:
+        return None
+    revision = int(tag)
+    return revision if revision <= INT64_MAX else None
 
 
 @dataclass(frozen=True)
@@ -55,6 +69,8 @@ class ETagList:
                     f'{header_name} must be "*" or a list of entity tags such as "3" (quotes included).'
                 )
             tags.append((match.group(1) is not None, match.group(2)))
+            if len(tags) > MAX_TAGS:
+                raise InvalidHeader(f"{header_name} may list at most {MAX_TAGS} entity tags.")
             pos = match.end()
         if not tags:
             raise InvalidHeader(f"{header_name} is empty.")
@@ -62,7 +78,8 @@ class ETagList:
 
     def strong_revisions(self) -> set[int]:
         """Revisions named by strong tags; weak tags never match under strong comparison."""
-        return {int(tag) for weak, tag in self.tags if not weak and tag.isdigit()}
+        return {revision for weak, tag in self.tags
+                if not weak and (revision := revision_of_tag(tag)) is not None}
 
     def matches_strong(self, revision: int | None) -> bool:
         if revision is None:

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, ConfigDict, PlainSerializer, StringConstraints
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    StringConstraints,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,254}$"
 NAME_RULE = "1-255 characters from A-Z a-z 0-9 . _ : @ -, not starting with '.'"
@@ -43,3 +51,28 @@ Timestamp = Annotated[
 ]
 
 JsonObject = dict[str, Any]
+
+INT64_MAX = 2**63 - 1
+# An integer a client sends that ends up in a BIGINT column: within int64 (422 beyond).
+Int64 = Annotated[int, Field(ge=-INT64_MAX - 1, le=INT64_MAX)]
+
+
+def as_utc(value: datetime) -> datetime:
+    """An aware datetime in UTC; ValueError when it has no offset or no UTC equivalent
+    within years 1-9999 (`9999-12-31T23:59:59-14:00`)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("a timestamp needs a UTC offset (Z or +hh:mm)")
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("the timestamp has no UTC equivalent within years 1-9999") from None
+
+
+def parse_timestamp(text: str) -> datetime:
+    """RFC 3339 text (as a cursor carries it) to an aware UTC datetime; ValueError if not."""
+    return as_utc(datetime.fromisoformat(text))
+
+
+# A timestamp a client sends (body or query): RFC 3339 with an offset, read as UTC. A naive
+# time is refused (422), never guessed to be UTC.
+AwareTimestamp = Annotated[AwareDatetime, AfterValidator(as_utc)]

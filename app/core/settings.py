@@ -120,6 +120,12 @@ class Settings(BaseSettings):
     # MCP secrets: comma-separated keys, the first encrypts, any decrypts.
     secret_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 
+    # HTTP (API.md section 1): the absolute base of `Link` URLs (a relative reference when
+    # unset), and the bytes a page of a list may hold before it ends early with a cursor.
+    public_base_url: str | None = Field(
+        None, description="e.g. https://state.example.com; `Link` is relative when unset.")
+    max_page_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
     log_level: str = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")

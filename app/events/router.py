@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from app.core.schemas import NAME_PATTERN
+from app.core.schemas import INT64_MAX, NAME_PATTERN
 from app.events.schemas import EventPage, EventType
 from app.events.service import EventService
 from app.http.dependencies import Reader
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/v1/events", tags=["events"])
 @router.get("", responses=responses(), summary="Page the audit log of committed changes")
 async def list_events(
     request: Request, response: Response, uow: Reader, limit: Limit = 20, cursor: Cursor = None,
-    after: Annotated[int | None, Query(ge=0, description="Start after this seq; `cursor` wins.")] = None,
+    after: Annotated[int | None, Query(ge=0, le=INT64_MAX, description="Start after this seq; `cursor` wins.")] = None,
     thread_id: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     type: Annotated[list[EventType] | None, Query(description="Exact type; repeatable.")] = None,
 ) -> EventPage:

@@ -9,18 +9,21 @@ Services only execute statements.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.auth.principal import Principal
 from app.auth.tenancy import request_tenant
-from app.core.errors import Forbidden, Unauthorized
+from app.core.errors import Forbidden, InvalidHeader, Unauthorized
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
 from app.db.unit import UnitOfWork
 from app.events.repository import EventRepository
+
+# Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
+PRINCIPAL = "agentstate.principal"
 
 # Every dependency is `async def`: FastAPI runs a plain `def` in its thread pool, a thread
 # hop per request.
@@ -46,17 +49,36 @@ _bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey",
                      description="An API key from `agentstate keys create`.")
 
 
+def bearer_token(authorizations: list[str]) -> str | None:
+    """The token of the one `Authorization: Bearer` header; None when there is none. Several
+    Authorization headers are a 400 (which one counts is not ours to guess)."""
+    if len(authorizations) > 1:
+        raise InvalidHeader("Send one Authorization header, not several.")
+    if not authorizations:
+        return None
+    scheme, _, token = authorizations[0].strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("Use Authorization: Bearer <api key>.")
+    return token.strip()
+
+
+async def authenticate(app: Any, authorizations: list[str]) -> Principal:
+    """The principal of a request's Authorization headers (401 if no valid key where one is
+    needed). Used by the body-limit middleware too, so a write is judged before its body."""
+    principal: Principal = await app.state.authenticator.authenticate(
+        app.state.db, bearer_token(authorizations))
+    return principal
+
+
 async def current_principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> AsyncIterator[Principal]:
     """The key's tenant and scopes; the anonymous owner of the default tenant when the
     server runs open (no keys exist). The tenant guard checks statements while it is set."""
-    if credentials is None and "authorization" in request.headers:
-        raise Unauthorized("Use Authorization: Bearer <api key>.")
-    token = credentials.credentials if credentials is not None else None
-    principal: Principal = await request.app.state.authenticator.authenticate(
-        request.app.state.db, token)
+    principal: Principal | None = request.scope.get(PRINCIPAL)  # the middleware's answer
+    if principal is None:
+        principal = await authenticate(request.app, request.headers.getlist("authorization"))
     request_tenant.set(principal.tenant_id)
     try:
         yield principal
@@ -75,8 +97,12 @@ def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
     return dependency
 
 
-ReadAccess = Annotated[Principal, Depends(require("read"))]
-WriteAccess = Annotated[Principal, Depends(require("write"))]
+_may_read, _may_write = require("read"), require("write")
+ReadAccess = Annotated[Principal, Depends(_may_read)]
+WriteAccess = Annotated[Principal, Depends(_may_write)]
+# `dependencies=[WRITE_FIRST]` on a route whose body is parsed by a dependency of its own:
+# the key is judged (401/403) before anything is said about the body.
+WRITE_FIRST = Depends(_may_write)
 
 
 # Both take the caller's principal first: looking a key up may take a connection of its own,

@@ -1,4 +1,14 @@
-"""Pure ASGI middleware: request id, access log and metrics; body limits before any handler."""
+"""Pure ASGI middleware, outermost first:
+
+- `RequestContextMiddleware`: X-Request-ID on every response, the access log and metrics, and
+  the last word on an unhandled error (a problem+json 500 that closes the connection).
+- `RequestShapeMiddleware`: what is decided from the request line alone, before any handler:
+  414 for a URI over 8 KiB, 422 for U+0000 in a query parameter, and the methods of a path
+  (RFC 9110): OPTIONS (204 + Allow), HEAD as GET without the body, 405 with the full Allow,
+  `Accept-Patch` on PATCH. All generated from the application's routes.
+- `BodyLimitMiddleware`: body size (413), then on `/v1` the caller's key (401/403), then the
+  body's media type (415) and JSON rules (400/422), parsed once.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +17,50 @@ import re
 import time
 import uuid
 from typing import Any
+from urllib.parse import parse_qsl
 
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.errors import (
     AppError,
+    Forbidden,
     InvalidJson,
+    MethodNotAllowed,
     PayloadTooLarge,
     Unprocessable,
     UnsupportedMediaType,
+    UriTooLong,
 )
-from app.core.jsonutil import exceeds_depth, has_unstorable_escape, loads_strict
+from app.core.jsonutil import parse_checked
 from app.core.logging import request_id_var
 from app.core.metrics import Metrics
+from app.http.dependencies import PRINCIPAL, authenticate
 from app.http.problems import problem_response
 
 access_log = logging.getLogger("agentstate.access")
+error_log = logging.getLogger("agentstate.errors")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 
 
+MAX_URI_BYTES = 8192
+# The order methods are listed in an Allow header.
+_METHOD_ORDER = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE", "OPTIONS")
+_ROUTE_METHODS = ("GET", "PUT", "PATCH", "POST", "DELETE")
+ACCEPT_PATCH = "application/merge-patch+json, application/json"
+# The parsed JSON body, handed from BodyLimitMiddleware to the handler (app/http/routing.py).
+PARSED_BODY = "agentstate.json"
+
+
 class RequestContextMiddleware:
-    """X-Request-ID on every response (echoed if valid), one access-log line, metrics."""
+    """X-Request-ID on every response (echoed if valid), one access-log line, metrics.
+
+    An error nothing else handled ends here: logged with its traceback, answered as a
+    problem+json 500 with `Connection: close` (the server closes the connection rather than
+    leave it in an unknown state), never re-raised to the server.
+    """
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -42,12 +74,14 @@ class RequestContextMiddleware:
         request_id = incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
         token = request_id_var.set(request_id)
         status = 500
+        response_started = False
         started = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, response_started
             if message["type"] == "http.response.start":
                 status = message["status"]
+                response_started = True
                 headers = list(message.get("headers", []))
                 headers.append((b"x-request-id", request_id.encode()))
                 message = {**message, "headers": headers}
@@ -55,6 +89,14 @@ class RequestContextMiddleware:
 
         try:
             await self.app(scope, receive, send_with_id)
+        except Exception as exc:
+            error_log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+            if response_started:
+                raise  # nothing left to say: the server drops the connection
+            response = problem_response(AppError("An unexpected error occurred."),
+                                        scope["path"])
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
             route = scope.get("route")
@@ -72,12 +114,117 @@ class RequestContextMiddleware:
             request_id_var.reset(token)
 
 
+class RequestShapeMiddleware:
+    """What the request line decides, for every path of the application (module docstring).
+
+    The methods of a path are those some route of the application matches it with (asked of
+    the routes themselves, so an endpoint added later is covered); a request whose method
+    matches goes straight on after one pass. A path no route matches goes on to the router
+    (its 404).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    @staticmethod
+    def _matches(scope: Scope, method: str) -> Match:
+        """How the application's routes match this path with `method` (Starlette's public
+        `BaseRoute.matches`: FULL, PARTIAL for the path with another method, or NONE)."""
+        probe = {**scope, "method": method}
+        best = Match.NONE
+        routes: list[BaseRoute] = scope["app"].routes
+        for route in routes:
+            match, _ = route.matches(probe)
+            if match == Match.FULL:
+                return Match.FULL
+            if match == Match.PARTIAL:
+                best = match
+        return best
+
+    def _methods(self, scope: Scope) -> set[str] | None:
+        """The methods of this path (with HEAD for GET, and OPTIONS); None: no route."""
+        methods = {m for m in _ROUTE_METHODS if self._matches(scope, m) == Match.FULL}
+        if not methods:
+            return None
+        if "GET" in methods:
+            methods.add("HEAD")
+        methods.add("OPTIONS")
+        return methods
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "app" not in scope:
+            await self.app(scope, receive, send)
+            return
+        try:
+            self._check_request_line(scope)
+        except AppError as error:
+            await problem_response(error, scope["path"][:200])(scope, receive, send)
+            return
+        method = scope["method"]
+        if method in _ROUTE_METHODS and self._matches(scope, method) == Match.FULL:
+            if method == "PATCH":  # the common case: one pass over the routes
+                send = _with_headers(send, [(b"accept-patch", ACCEPT_PATCH.encode())])
+            await self.app(scope, receive, send)
+            return
+        methods = self._methods(scope)
+        if methods is None:  # no route has this path: the router's 404
+            await self.app(scope, receive, send)
+            return
+        allow = ", ".join(m for m in _METHOD_ORDER if m in methods)
+        extra = {"Allow": allow}
+        if "PATCH" in methods:
+            extra["Accept-Patch"] = ACCEPT_PATCH
+        if method == "OPTIONS":
+            await Response(status_code=204, headers=extra)(scope, receive, send)
+        elif method == "HEAD" and "GET" in methods:
+            await self.app({**scope, "method": "GET"}, receive, _without_body(send))
+        else:
+            refusal = MethodNotAllowed(f"{method} is not allowed here; Allow: {allow}.",
+                                       headers=extra)
+            await problem_response(refusal, scope["path"])(scope, receive, send)
+
+    @staticmethod
+    def _check_request_line(scope: Scope) -> None:
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        query = scope.get("query_string", b"")
+        if len(raw_path) + len(query) > MAX_URI_BYTES:
+            raise UriTooLong(f"The request URI is longer than {MAX_URI_BYTES} bytes.")
+        if b"%00" in query or b"\x00" in query:
+            for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                if "\x00" in name or "\x00" in value:
+                    raise Unprocessable(
+                        f"Query parameter {name.replace(chr(0), '?')!r} contains U+0000.",
+                        errors=[{"parameter": name.replace("\x00", ""), "code": "invalid_string",
+                                 "message": "U+0000 is not allowed in a string"}])
+
+
+def _without_body(send: Send) -> Send:
+    async def head_send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return head_send
+
+
+def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
+    async def send_with(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return send_with
+
+
 class BodyLimitMiddleware:
     """Enforce the body limits before any handler or database work (API.md section 1).
 
-    Size is counted on the bytes received, chunked or not (413). A JSON body is then checked
-    for depth (422), for being JSON at all (400) and for strings Postgres cannot store (422),
-    and handed on unchanged.
+    In this order: size, counted on the bytes received, chunked or not (413); on `/v1`, the
+    caller's key (401, and 403 for a key that may not write when the body is refused): a
+    caller without a valid key learns nothing about what its body would have done; then a
+    body needs a JSON Content-Type (415; JSON Patch is 415 on PATCH) and is parsed once with
+    the JSON rules (400 not JSON; 422 too deep, number out of range, U+0000 or a lone
+    surrogate). The parsed value goes on in the scope (`PARSED_BODY`).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int) -> None:
@@ -91,7 +238,18 @@ class BodyLimitMiddleware:
             return
         try:
             body = await self._read(scope, receive)
-            self._check(scope, body)
+            principal = None
+            if scope["path"].startswith("/v1/"):
+                principal = await authenticate(scope["app"], _headers(scope, b"authorization"))
+                scope[PRINCIPAL] = principal
+            try:
+                parsed = self._check(scope, body)
+            except AppError:
+                if principal is not None and not principal.can("write"):
+                    raise Forbidden("This API key lacks the 'write' scope.") from None
+                raise
+            if parsed is not None:
+                scope[PARSED_BODY] = parsed
         except AppError as error:
             await problem_response(error, scope["path"])(scope, receive, send)
             return
@@ -126,31 +284,27 @@ class BodyLimitMiddleware:
                 break
         return b"".join(chunks)
 
-    def _check(self, scope: Scope, body: bytes) -> None:
+    def _check(self, scope: Scope, body: bytes) -> tuple[Any] | None:
+        """The parsed body as a 1-tuple (None: no body)."""
         if not body.strip():
-            return
-        content_type = (_header(scope, b"content-type") or "application/json").lower()
-        media = content_type.split(";")[0].strip()
+            return None
+        content_type = _header(scope, b"content-type")
+        if content_type is None:
+            raise UnsupportedMediaType(
+                "The body has no Content-Type; send Content-Type: application/json.")
+        media = content_type.split(";")[0].strip().lower()
+        if media == "application/json-patch+json" and scope["method"] == "PATCH":
+            raise UnsupportedMediaType(
+                "JSON Patch is not supported; send a JSON Merge Patch (RFC 7396) as "
+                "application/merge-patch+json.", headers={"Accept-Patch": ACCEPT_PATCH})
         if not (media == "application/json" or media.endswith("+json")):
             raise UnsupportedMediaType(
                 f"Content-Type {media!r} is not JSON; send Content-Type: application/json."
             )
-        if exceeds_depth(body, self.max_depth):
-            raise Unprocessable(
-                f"JSON nests deeper than {self.max_depth} levels.", errors=[
-                    {"pointer": "", "code": "json_too_deep",
-                     "message": f"maximum depth is {self.max_depth}"}],
-            )
         try:
-            loads_strict(body)
+            return (parse_checked(body, self.max_depth),)
         except (ValueError, UnicodeDecodeError) as exc:
             raise InvalidJson(f"The request body is not valid JSON: {_short(exc)}") from None
-        if has_unstorable_escape(body):
-            raise Unprocessable(
-                "Strings may not contain U+0000 or unpaired UTF-16 surrogates.", errors=[
-                    {"pointer": "", "code": "invalid_string",
-                     "message": "U+0000 or an unpaired surrogate escape"}],
-            )
 
 
 def _short(exc: Exception) -> str:
@@ -164,7 +318,13 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _headers(scope: Scope, name: bytes) -> list[str]:
+    return [bytes(value).decode("latin-1") for key, value in scope.get("headers", [])
+            if key == name]
+
+
 def install_middleware(app: Any, metrics: Metrics, max_bytes: int, max_depth: int) -> None:
     # Starlette wraps in reverse order: the last added is outermost.
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_bytes, max_depth=max_depth)
+    app.add_middleware(RequestShapeMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)

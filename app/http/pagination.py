@@ -21,6 +21,12 @@ def linked(request: Request, response: Response, page: Page[T]) -> Page[T]:
 
 
 def set_next_link(request: Request, response: Response, next_cursor: Any) -> None:
+    """A relative reference (path and query), or an absolute URL on the configured
+    `public_base_url`; never built from the client's Host header."""
     if next_cursor is not None:
-        url = request.url.include_query_params(cursor=next_cursor)
-        response.headers["Link"] = f'<{url}>; rel="next"'
+        query = request.url.include_query_params(cursor=next_cursor).query
+        target = f"{request.url.path}?{query}"
+        base = request.app.state.settings.public_base_url
+        if base:
+            target = base.rstrip("/") + target
+        response.headers["Link"] = f'<{target}>; rel="next"'

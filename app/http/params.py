@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import Path
 
 from app.core.errors import Unprocessable
+from app.core.jsonutil import parse_checked
 from app.core.schemas import NAME_PATTERN, NAME_RULE
 
 
@@ -22,13 +22,14 @@ AgentName = Annotated[str, name_path("Agent name")]
 ServerName = Annotated[str, name_path("Server name")]
 
 
-def json_object_param(name: str, raw: str | None) -> dict[str, Any] | None:
-    """A query parameter that carries a JSON object (`?metadata=`, `?state_contains=`)."""
+def json_object_param(name: str, raw: str | None, max_depth: int) -> dict[str, Any] | None:
+    """A query parameter that carries a JSON object (`?metadata=`, `?state_contains=`), under
+    the body rules (depth, numbers in double range, no U+0000 or lone surrogates): 422."""
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
-    except ValueError:
+        value = parse_checked(raw.encode("utf-8", "surrogatepass"), max_depth, parameter=name)
+    except (ValueError, UnicodeDecodeError):
         value = None
     if not isinstance(value, dict):
         raise Unprocessable(

@@ -1,49 +1,67 @@
 """Precondition headers (RFC 9110 section 13) read into `app.core.revisions.Preconditions`,
-and the conditional GET (304) every revisioned resource answers the same way."""
+and the conditional GET (304, or 412 for If-Match) every revisioned resource answers the
+same way.
+
+A header sent as several field lines is one comma-separated list (RFC 9110 section 5.3): the
+lines are joined before parsing, so no line is silently dropped.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Header, Response
+from fastapi import Depends, Header, Request, Response
 
+from app.core.errors import RevisionMismatch
 from app.core.revisions import ETagList, Preconditions, etag, not_modified
 
 _IF_MATCH = '`"<revision>"`, a list of them, or `*`. Strong comparison.'
 
 
+def _joined(request: Request, name: str) -> str | None:
+    lines = request.headers.getlist(name)
+    return ", ".join(lines) if lines else None
+
+
 async def _conditions(
+    request: Request,
     if_match: Annotated[str | None, Header(alias="If-Match", description=_IF_MATCH)] = None,
     if_none_match: Annotated[str | None, Header(
         alias="If-None-Match", description="`*` to create only.")] = None,
 ) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", if_match),
-                         ETagList.parse("If-None-Match", if_none_match))
+    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")),
+                         ETagList.parse("If-None-Match", _joined(request, "if-none-match")))
 
 
 async def _if_match_only(
+    request: Request,
     if_match: Annotated[str | None, Header(
         alias="If-Match",
         description="Optional: the thread's `\"<revision>\"` (or a list, or `*`); 412 otherwise.",
     )] = None,
 ) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", if_match))
+    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")))
 
 
 async def _validator(
+    request: Request,
     if_none_match: Annotated[str | None, Header(
         alias="If-None-Match", description="The ETag you hold: 304 if it is still current.",
     )] = None,
-) -> ETagList | None:
-    return ETagList.parse("If-None-Match", if_none_match)
+    if_match: Annotated[str | None, Header(
+        alias="If-Match", description="412 unless it names the current ETag (or is `*`).",
+    )] = None,
+) -> Preconditions:
+    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")),
+                         ETagList.parse("If-None-Match", _joined(request, "if-none-match")))
 
 
 # PUT, PATCH, DELETE of a revisioned resource.
 Conditions = Annotated[Preconditions, Depends(_conditions)]
 # Writes to a thread's children (append, compact, revert): only If-Match, on the thread.
 ThreadIfMatch = Annotated[Preconditions, Depends(_if_match_only)]
-# GET: If-None-Match for a 304.
-Validator = Annotated[ETagList | None, Depends(_validator)]
+# GET: If-Match (412) and If-None-Match (304).
+Validator = Annotated[Preconditions, Depends(_validator)]
 
 M = TypeVar("M")
 
@@ -54,13 +72,17 @@ def with_etag(response: Response, body: M, revision: int) -> M:
 
 
 def conditional(response: Response, body: M, revision: int,
-                validator: ETagList | None) -> M | Response:
-    """GET of a revisioned resource: 304 with the ETag when the client holds the current one,
-    else the body with its ETag."""
-    if not_modified(validator, revision):
+                validator: Preconditions) -> M | Response:
+    """GET of a revisioned resource, RFC 9110 section 13.2.2: 412 when If-Match names no
+    current ETag; 304 with the ETag when the client holds the current one; else the body
+    with its ETag."""
+    if validator.if_match is not None and not validator.if_match.matches_strong(revision):
+        raise RevisionMismatch(revision)
+    if not_modified(validator.if_none_match, revision):
         return Response(status_code=304, headers={"ETag": etag(revision)})
     return with_etag(response, body, revision)
 
 
 NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
-    304: {"description": "Not Modified: If-None-Match names the current ETag."}}
+    304: {"description": "Not Modified: If-None-Match names the current ETag."},
+    412: {"description": "If-Match names no current ETag."}}

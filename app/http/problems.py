@@ -26,7 +26,16 @@ from app.core.errors import (
 # memory) and 57P operator intervention (shutting down, starting up).
 _UNAVAILABLE = ("08", "53", "57P")
 
+# Statements the database cancelled after a wait (a lock held by a stalled peer): the request
+# may succeed when retried, so 503 + Retry-After, with a code of its own.
+_TIMEOUTS = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+
 log = logging.getLogger("agentstate.errors")
+
+
+def _sqlstate(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -139,28 +148,36 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
     async def database_error(request: Request, exc: Exception) -> JSONResponse:
         # Connection-level failures are the database being away, not a bug: 503 + Retry-After.
         # The statement and its parameters are never logged or returned.
-        log.warning("database unavailable: %s", type(exc).__name__)
+        sqlstate = _sqlstate(exc)
+        log.warning("database unavailable: %s %s", type(exc).__name__, sqlstate)
         error = ServiceUnavailable(
             "The database is unavailable; retry shortly.",
             headers={"Retry-After": str(retry_after)},
         )
+        if sqlstate in _TIMEOUTS:
+            error.code = _TIMEOUTS[sqlstate]
+            error.detail = ("The database cancelled the statement after waiting too long "
+                            "(a lock held by another request, or a busy server); nothing was "
+                            "written. Retry shortly.")
         return problem_response(error, request.url.path)
 
     async def dbapi_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, DBAPIError)
-        sqlstate = str(getattr(exc.orig, "sqlstate", None) or "")
-        if exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE):
+        sqlstate = _sqlstate(exc)
+        if (exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE)
+                or sqlstate in _TIMEOUTS):
             return await database_error(request, exc)
-        return await unexpected(request, exc)
-
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("unhandled %s", type(exc).__name__, exc_info=exc)
-        return problem_response(AppError("An unexpected error occurred."), request.url.path)
+        response = problem_response(AppError("An unexpected error occurred."), request.url.path)
+        response.headers["Connection"] = "close"
+        return response
 
+    # Any other exception reaches app.http.middleware.RequestContextMiddleware (a 500 with
+    # X-Request-ID and Connection: close). Not a handler for Exception here: Starlette hands
+    # those to its outermost middleware, which re-raises them to the server after answering.
     app.add_exception_handler(AppError, app_error)
     app.add_exception_handler(RequestValidationError, request_validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
     for exc_type in (OperationalError, InterfaceError, PoolTimeout, OSError, TimeoutError):
         app.add_exception_handler(exc_type, database_error)
     app.add_exception_handler(DBAPIError, dbapi_error)
-    app.add_exception_handler(Exception, unexpected)

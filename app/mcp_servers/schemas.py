@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from app.core.schemas import JsonObject, Name, Strict, Timestamp
+from app.core.schemas import AwareTimestamp, JsonObject, Name, Strict, Timestamp
 
 MASK = "***"
 SECRETS_RULE = (f'Omitted: the stored secrets are kept. `{{}}` or null: cleared. A value of '
@@ -15,7 +15,7 @@ class McpServerReplace(Strict):
     server_type: Name
     state: JsonObject = Field(default_factory=dict)
     secrets: dict[Name, str] | None = Field(None, description=SECRETS_RULE)
-    last_connected_at: AwareDatetime | None = Field(
+    last_connected_at: AwareTimestamp | None = Field(
         None, description="RFC 3339 with a time zone. Omitted: the stored value is kept."
     )
 
@@ -27,7 +27,7 @@ class McpServerPatch(Strict):
     server_type: Name | None = None
     state: JsonObject | None = None
     secrets: dict[Name, str | None] | None = None
-    last_connected_at: AwareDatetime | None = None
+    last_connected_at: AwareTimestamp | None = None
 
 
 class McpServerOut(BaseModel):

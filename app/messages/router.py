@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from app.core.pagination import Page
 from app.core.revisions import etag
-from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, linked
 from app.http.params import MessageId, ThreadId
@@ -52,6 +52,7 @@ async def append_body(request: Request) -> list[MessageIn]:
 
 @router.post("", status_code=201, response_model=AppendOut,
              responses=responses(409, 410, 412), openapi_extra={"requestBody": APPEND_BODY},
+             dependencies=[WRITE_FIRST],
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
+from app.core.schemas import AwareTimestamp
 from app.http.dependencies import Reader, SettingsDep, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param
@@ -41,10 +41,11 @@ async def list_threads(
     request: Request, response: Response, uow: Reader, settings: SettingsDep,
     limit: Limit = 20, cursor: Cursor = None,
     metadata: Annotated[str | None, Query(description="JSON object; containment (@>).")] = None,
-    updated_after: Annotated[datetime | None, Query(description="RFC 3339 timestamp.")] = None,
+    updated_after: Annotated[AwareTimestamp | None, Query(
+        description="RFC 3339 timestamp with an offset (Z or +hh:mm); none is 422.")] = None,
 ) -> Page[ThreadOut]:
     page = await ThreadService(uow, settings).list(
-        limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata),
+        limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata, settings.max_json_depth),
         updated_after=updated_after,
     )
     return linked(request, response, page)

@@ -13,6 +13,7 @@ from app.core.limits import check_metadata
 from app.core.mergepatch import merge_patch
 from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
 from app.core.revisions import Preconditions, check_preconditions
+from app.core.schemas import parse_timestamp
 from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
@@ -89,7 +90,15 @@ class ThreadService:
         check_metadata(body.metadata, self.settings)
         appended = body.append_messages or []
         check_batch(appended, self.settings, "/append_messages")
-        if pre.create_only:
+        if pre.if_match is not None and pre.if_none_match is not None:
+            # Both: RFC 9110 section 13.2.2 judges If-Match, then If-None-Match, on the
+            # current thread (a deleted one counts as absent); `advance` then guards the race.
+            current = await self.repo.get(thread_id, returning="keys")
+            live = current.revision if current is not None and current.deleted_at is None else None
+            check_preconditions(pre, live, method="PUT", noun="thread",
+                                required=self.settings.require_preconditions)
+            row, created = await self._update(thread_id, body, pre, len(appended)), False
+        elif pre.create_only:
             row, created = await self._create_only(thread_id, body, len(appended)), True
         elif pre.if_match is not None:
             row, created = await self._update(thread_id, body, pre, len(appended)), False
@@ -164,7 +173,7 @@ class ThreadService:
                    updated_after: datetime | None) -> Page[ThreadOut]:
         after = decode_cursor(CURSOR, cursor, 2)
         try:
-            key = (datetime.fromisoformat(after[0]), str(after[1])) if after else None
+            key = (parse_timestamp(after[0]), str(after[1])) if after else None
         except (TypeError, ValueError):
             raise bad_cursor() from None
         rows = await self.repo.page(limit=limit + 1, after=key, metadata=metadata,
