@@ -20,6 +20,7 @@ from app.db import migrate
 from app.db.engine import Database
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware
+from app.http.openapi import install_openapi, operation_id
 from app.http.problems import install_handlers
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
@@ -70,6 +71,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         # A trailing slash is a 404 problem, never a redirect built from the Host header.
         redirect_slashes=False,
+        # Readable operationIds (`getThread`); Swagger UI comes from local assets, no ReDoc.
+        generate_unique_id_function=operation_id,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -79,6 +84,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth)
     for router in ROUTERS:
         app.include_router(router)
+    install_openapi(app)
     return app
 
 

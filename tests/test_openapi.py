@@ -12,7 +12,6 @@ Decision on `/docs`: keep it, served from assets installed with a well-kept PyPI
 Swagger UI 4, which cannot render OpenAPI 3.1). A page that loads its scripts from a CDN
 shows nothing on an air-gapped host, so no documentation page may name another host.
 
-Checks that fail on the current code are `xfail(strict=True)` per case ("issue 12 phase B").
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from tests.conftest import http_client, running
 
 pytestmark = pytest.mark.anyio
 
-PHASE_B = "issue 12 phase B"
 METHODS = ("get", "put", "patch", "post", "delete")
 PROBLEM = {"$ref": "#/components/schemas/Problem"}
 OPS_PATHS = ("/healthz", "/readyz", "/metrics")
@@ -73,11 +71,6 @@ OPERATION_IDS = {
 }
 
 
-def xfail_if(request: pytest.FixtureRequest, condition: bool) -> None:
-    if condition:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=PHASE_B))
-
-
 def operations() -> list[tuple[str, str]]:
     """(method, path) of every operation, from the app's routes (collected once)."""
     spec = create_app(Settings(database_url="sqlite+aiosqlite:///:memory:",  # type: ignore[call-arg]
@@ -115,7 +108,6 @@ def takes_keys(path: str) -> bool:
 
 async def test_operation_ids_are_readable_and_stable(spec: dict[str, Any],
                                                      request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     found = {(m, p): op(spec, m, p)["operationId"] for m, p in OPERATIONS}
     assert found == OPERATION_IDS
     assert all(re.fullmatch(r"[a-z]+(?:[A-Z][a-z]*)*", name) for name in found.values())
@@ -126,7 +118,6 @@ async def test_every_error_status_is_a_problem(spec: dict[str, Any], method: str
                                                request: pytest.FixtureRequest) -> None:
     """Each 4xx/5xx declares application/problem+json with the Problem schema, and nothing
     else (today FastAPI adds an application/json twin we never send)."""
-    xfail_if(request, path not in ("/healthz", "/metrics"))
     for status, response in op(spec, method, path)["responses"].items():
         if int(status) >= 400:
             assert response.get("content") == {"application/problem+json": {"schema": PROBLEM}}, (
@@ -145,7 +136,6 @@ async def test_declared_statuses(spec: dict[str, Any], method: str, path: str,
         expected.add("503")
     if takes_keys(path):
         expected |= {"401", "403"}
-    xfail_if(request, "requestBody" in operation or path == "/readyz")
     assert expected <= declared, sorted(expected - declared)
     if not takes_keys(path):
         assert not {"401", "403"} & declared, "no keys apply here"
@@ -191,7 +181,6 @@ def required_headers(spec: dict[str, Any], method: str, path: str) -> dict[str, 
 async def test_response_headers_are_declared(spec: dict[str, Any], method: str, path: str,
                                              request: pytest.FixtureRequest) -> None:
     required = required_headers(spec, method, path)
-    xfail_if(request, bool(required))
     responses = op(spec, method, path)["responses"]
     missing = {status: names - set(responses[status].get("headers", {}))
                for status, names in required.items()}
@@ -206,7 +195,6 @@ async def test_header_parameters_are_spelled_one_way(spec: dict[str, Any], metho
                                                      path: str,
                                                      request: pytest.FixtureRequest) -> None:
     headers = [p for p in op(spec, method, path).get("parameters", []) if p["in"] == "header"]
-    xfail_if(request, bool(headers))  # lower-case names, or If-Match without a pattern
     for parameter in headers:
         assert parameter["name"] in CANONICAL_HEADERS, parameter["name"]
         if parameter["name"] in ("If-Match", "If-None-Match"):
@@ -221,13 +209,11 @@ async def test_security_lets_anonymous_calls_validate(spec: dict[str, Any], meth
                                                       path: str,
                                                       request: pytest.FixtureRequest) -> None:
     """An open server answers calls without a key: `{}` must be one of the alternatives."""
-    xfail_if(request, True)
     security = op(spec, method, path).get("security", spec.get("security"))
     assert {} in security and {"ApiKey": []} in security, security
 
 
 async def test_tags_are_described(spec: dict[str, Any], request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     used = {tag for m, p in OPERATIONS for tag in op(spec, m, p).get("tags", [])}
     described = {tag["name"]: tag.get("description") for tag in spec.get("tags", [])}
     assert used <= described.keys(), sorted(used - described.keys())
@@ -239,7 +225,6 @@ async def test_tags_are_described(spec: dict[str, Any], request: pytest.FixtureR
                               if o[0] in ("put", "patch", "post")])
 async def test_request_bodies_have_examples(spec: dict[str, Any], method: str, path: str,
                                             request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     content = op(spec, method, path)["requestBody"]["content"]
     for media, body in content.items():
         assert "example" in body or "examples" in body, media
@@ -268,7 +253,6 @@ def referenced(html: str) -> list[str]:
 
 async def test_docs_work_offline(client: httpx.AsyncClient,
                                  request: pytest.FixtureRequest) -> None:
-    xfail_if(request, True)
     page = await client.get("/docs")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     urls = referenced(page.text)

@@ -60,7 +60,7 @@ class Problem(BaseModel):
     errors: list[ProblemError] | None = None
 
 
-_DESCRIPTIONS = {
+DESCRIPTIONS = {
     400: "Malformed request (body not JSON, bad header or cursor).",
     401: "Missing or unknown API key.",
     403: "The key lacks the scope.",
@@ -73,7 +73,8 @@ _DESCRIPTIONS = {
     422: "Body or parameters break the schema or a limit.",
     428: "If-Match (or If-None-Match: *) is required.",
     500: "The server cannot encrypt or decrypt secrets (no or wrong AGENTSTATE_SECRET_KEYS).",
-    503: "Database unavailable; retry after Retry-After seconds.",
+    503: "Database unavailable, or a statement cancelled after a wait; retry after "
+         "Retry-After seconds.",
 }
 COMMON = (400, 401, 403, 422, 503)
 
@@ -83,7 +84,7 @@ def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {
         status: {
             "model": Problem,
-            "description": _DESCRIPTIONS[status],
+            "description": DESCRIPTIONS[status],
             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         }
         for status in sorted({*COMMON, *statuses})

@@ -22,18 +22,18 @@ class Readiness(BaseModel):
     schema_revision: str | None
 
 
-@router.get("/healthz", summary="The process is up")
+@router.get("/healthz", operation_id="getHealth", summary="The process is up")
 async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", responses=responses(503), summary="Database reachable and migrated")
+@router.get("/readyz", operation_id="getReadiness", responses=responses(503), summary="Database reachable and migrated")
 async def readyz(request: Request) -> Readiness:
     state = request.app.state
     revision = await check_ready(state.db, state.schema_head, state.settings.retry_after_seconds)
     return Readiness(status="ready", database=state.db.dialect, schema_revision=revision)
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus metrics")
+@router.get("/metrics", operation_id="getMetrics", response_class=Response, summary="Prometheus metrics")
 async def metrics(request: Request) -> Response:
     return Response(request.app.state.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
