@@ -48,9 +48,9 @@ def api(generated: ModuleType, module: str) -> ModuleType:
 def test_create_conditional_update_and_412(generated: ModuleType, server: ServerProcess,
                                            uid: str) -> None:
     models = api(generated, "models")
-    create = api(generated, "api.threads.create_thread_v1_threads_post")
-    put = api(generated, "api.threads.put_thread_v1_threads_thread_id_put")
-    get = api(generated, "api.threads.get_thread_v1_threads_thread_id_get")
+    create = api(generated, "api.threads.create_thread")
+    put = api(generated, "api.threads.put_thread")
+    get = api(generated, "api.threads.get_thread")
     client = api(generated, "client").Client(base_url=server.base_url,
                                              raise_on_unexpected_status=True)
 
@@ -80,7 +80,7 @@ def test_create_conditional_update_and_412(generated: ModuleType, server: Server
 def test_append_with_idempotency_key(generated: ModuleType, server: ServerProcess,
                                      uid: str) -> None:
     models = api(generated, "models")
-    append = api(generated, "api.messages.append_messages_v1_threads_thread_id_messages_post")
+    append = api(generated, "api.messages.append_messages")
     client = api(generated, "client").Client(base_url=server.base_url,
                                              raise_on_unexpected_status=True)
     message = models.MessageIn.from_dict({"role": "user", "content": "hi"})
