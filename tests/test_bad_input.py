@@ -366,7 +366,6 @@ async def test_pages_are_capped_in_bytes(database_url: str, backend: str, uid: s
                                          request: pytest.FixtureRequest) -> None:
     """40 x 1 MB messages must not make a 40 MB page: `max_page_bytes` ends a page early with
     a cursor (at least one item per page, so a single large item is still readable)."""
-    xfail_on(request, backend, BOTH)
     settings = Settings(database_url=database_url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
                         max_page_bytes=600_000)
     thread = f"bytes-{uid}"

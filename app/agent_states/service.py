@@ -101,4 +101,4 @@ class AgentStateService:
             agent_name=agent_name, state_contains=state_contains,
         )
         return split_page(CURSOR, rows, limit, lambda row: [row.thread_id, row.agent_name],
-                          AgentStateOut.from_row)
+                          AgentStateOut.from_row, max_bytes=self.settings.max_page_bytes)

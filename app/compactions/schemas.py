@@ -18,8 +18,8 @@ class CompactionIn(Strict):
     summary: MessageIn = Field(description="Stored as a message standing where the run stood.")
     reason: Annotated[str, Field(max_length=4096)] | None = None
     model: ShortText | None = None
-    input_token_count: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
-    output_token_count: Annotated[int, Field(ge=0, le=INT64_MAX)] | None = None
+    input_token_count: Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)] | None = None
+    output_token_count: Annotated[int, Field(ge=0, le=INT64_MAX, strict=True)] | None = None
     metadata: JsonObject = Field(default_factory=dict)
 
 

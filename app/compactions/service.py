@@ -194,7 +194,8 @@ class CompactionService:
         rows = await self.repo.page(thread_pk, after_seq=after[0] if after else None,
                                     limit=limit + 1)
         return split_page(CURSOR, rows, limit, lambda row: [row.seq],
-                          lambda row: CompactionOut.from_row(row, thread_id))
+                          lambda row: CompactionOut.from_row(row, thread_id),
+                          max_bytes=self.settings.max_page_bytes)
 
     async def get(self, thread_id: str, compaction_id: str) -> CompactionDetail:
         thread_pk = await self.threads.live_pk(thread_id)

@@ -68,11 +68,27 @@ def bad_cursor() -> InvalidCursor:
 
 
 def split_page(kind: str, rows: Sequence[R], limit: int, key: Callable[[R], Sequence[Any]],
-               out: Callable[[R], T]) -> Page[T]:
+               out: Callable[[R], T], *, max_bytes: int | None = None) -> Page[T]:
     """Rows fetched with `limit + 1`: the page of `out(row)`s, with the cursor after it if
-    there is more."""
-    more = len(rows) > limit
-    page = rows[:limit]
+    there is more.
+
+    With `max_bytes` (`AGENTSTATE_MAX_PAGE_BYTES`) the page also ends early, with a cursor,
+    once its rows add up to more than that many bytes (measured on the row as read, a close
+    estimate of its JSON); a page always holds at least one item, so any item is readable.
+    """
+    page = list(rows[:limit])
+    if max_bytes is not None:
+        total = 0
+        for index, row in enumerate(page):
+            total += _row_bytes(row)
+            if total > max_bytes and index > 0:
+                page = page[:index]
+                break
+    more = len(rows) > len(page)
     return Page(data=[out(row) for row in page],
                 next_cursor=encode_cursor(kind, key(page[-1])) if more else None,
                 has_more=more)
+
+
+def _row_bytes(row: Any) -> int:
+    return len(str(tuple(row) if isinstance(row, Sequence) else row))

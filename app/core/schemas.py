@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Self
 
 from pydantic import (
     AfterValidator,
     AwareDatetime,
+    BeforeValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -73,6 +75,19 @@ def parse_timestamp(text: str) -> datetime:
     return as_utc(datetime.fromisoformat(text))
 
 
+_RFC3339_START = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _rfc3339_text(value: Any) -> Any:
+    """Text shaped like RFC 3339 only: pydantic would also read numbers (and numeric text
+    such as "0.5") as Unix times, which the document's `date-time` does not allow."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str) or _RFC3339_START.match(value) is None:
+        raise ValueError("an RFC 3339 timestamp such as 2026-01-31T12:00:00Z")
+    return value
+
+
 # A timestamp a client sends (body or query): RFC 3339 with an offset, read as UTC. A naive
 # time is refused (422), never guessed to be UTC.
-AwareTimestamp = Annotated[AwareDatetime, AfterValidator(as_utc)]
+AwareTimestamp = Annotated[AwareDatetime, BeforeValidator(_rfc3339_text), AfterValidator(as_utc)]

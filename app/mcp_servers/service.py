@@ -104,7 +104,8 @@ class McpServerService:
         rows = await self.repo.page(limit=limit + 1, after=after[0] if after else None,
                                     server_type=server_type)
         return split_page(CURSOR, rows, limit, lambda row: [row.server_name],
-                          lambda row: self._out(row, include_secrets))
+                          lambda row: self._out(row, include_secrets),
+                          max_bytes=self.settings.max_page_bytes)
 
     async def replace(self, server_name: str, body: McpServerReplace,
                       pre: Preconditions) -> tuple[McpServerOut, bool]:

@@ -82,7 +82,8 @@ class MessageService:
             thread_pk, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
         )
-        return split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row)
+        return split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
+                          max_bytes=self.settings.max_page_bytes)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
         row = await self.repo.get(await self.threads.live_pk(thread_id), message_id)

@@ -4,11 +4,11 @@ from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
+from app.core.schemas import INT64_MAX, JsonObject, Name, RowModel, Strict, Timestamp
 from app.messages.schemas import MessageIn, MessageOut
 
 HistoryLimit = Annotated[int, Field(
-    ge=0, le=100_000,
+    ge=0, le=100_000, strict=True,
     description="How many revisions of state history this thread keeps (0: none); null or "
                 "omitted on create: the server's setting (`AGENTSTATE_THREAD_HISTORY`).",
 )]
@@ -90,6 +90,6 @@ class ThreadRevisionOut(RowModel):
 class ThreadFork(Strict):
     thread_id: Name = Field(description="The new thread's id; it must not exist (as "
                             "`If-None-Match: *`): a deleted id is started afresh.")
-    revision: Annotated[int, Field(ge=1)] | None = Field(
+    revision: Annotated[int, Field(ge=1, le=INT64_MAX, strict=True)] | None = Field(
         None, description="The revision of the source to fork from; default: the current one. "
                           "It must be within the source's kept history.")

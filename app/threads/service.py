@@ -79,7 +79,8 @@ class ThreadService:
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
             agent_name=None, limit=limit + 1)
-        page = split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row)
+        page = split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
+                          max_bytes=self.settings.max_page_bytes)
         return ThreadWithMessages(**ThreadOut.from_row(row).model_dump(), messages=page.data,
                                   messages_next_cursor=page.next_cursor)
 
@@ -180,7 +181,7 @@ class ThreadService:
                                     updated_after=updated_after)
         return split_page(CURSOR, rows, limit,
                           lambda row: [row.created_at.isoformat(), row.thread_id],
-                          ThreadOut.from_row)
+                          ThreadOut.from_row, max_bytes=self.settings.max_page_bytes)
 
     async def revisions(self, thread_id: str, *, limit: int,
                         cursor: str | None) -> Page[ThreadRevisionOut]:
@@ -191,7 +192,7 @@ class ThreadService:
         pk = await self.threads.live_pk(thread_id)
         rows = await self.repo.history(pk, before=after[0] if after else None, limit=limit + 1)
         return split_page(HISTORY_CURSOR, rows, limit, lambda row: [row.revision],
-                          ThreadRevisionOut.from_row)
+                          ThreadRevisionOut.from_row, max_bytes=self.settings.max_page_bytes)
 
     async def revision(self, thread_id: str, revision: int) -> ThreadRevisionOut:
         """The state and metadata as they were at `revision`: 404 beyond the current one or
