@@ -22,9 +22,6 @@ Decisions these tests encode:
   `max_json_depth` are 422.
 - A path over 8 KiB is 414 `uri_too_long`; `a%2Fb` and trailing slashes are 404, never a
   307 redirect.
-
-Inputs that still fail on the current code are marked `xfail(strict=True)` per case and
-backend ("issue 12 phase B"), so that fixing one turns its mark into a failure to remove.
 """
 
 from __future__ import annotations
@@ -50,10 +47,6 @@ from tests.support import ServerProcess
 
 pytestmark = pytest.mark.anyio
 
-PHASE_B = "issue 12 phase B"
-BOTH = frozenset({"sqlite", "postgres"})
-PG = frozenset({"postgres"})
-NONE: frozenset[str] = frozenset()
 INT64_OVER = 2**63  # 9223372036854775808, one past the largest int64
 PROBLEM_KEYS = {"type", "title", "status", "detail", "instance", "code"}
 
@@ -62,11 +55,6 @@ def cursor(kind: str, *values: Any) -> str:
     """A cursor as the server encodes one (base64url of a JSON array), with chosen values."""
     raw = json.dumps([kind, *values], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def xfail_on(request: pytest.FixtureRequest, backend: str, fails: frozenset[str]) -> None:
-    if backend in fails:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=PHASE_B))
 
 
 def assert_problem(response: httpx.Response, status: int, code: str | None = None) -> dict:
@@ -96,7 +84,7 @@ async def lenient(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 @dataclass(frozen=True)
 class Case:
     """One bad request. `{t}` in the path is a seeded thread (revision 1, messages m1 and m2),
-    `{new}` a name nothing uses. `fails` names the backends where the answer is wrong today."""
+    `{new}` a name nothing uses."""
 
     id: str
     method: str
@@ -107,7 +95,6 @@ class Case:
     headers: Any = None
     json: Any = None
     content: bytes | None = None
-    fails: frozenset[str] = NONE
     body_fn: Callable[[], bytes] | None = field(default=None, compare=False)
 
 
@@ -288,7 +275,6 @@ def request_of(case: Case, seeded: Seeded) -> dict[str, Any]:
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 async def test_bad_input(lenient: httpx.AsyncClient, backend: str, uid: str, case: Case,
                          request: pytest.FixtureRequest) -> None:
-    xfail_on(request, backend, case.fails)
     seeded = await seed(lenient, uid)
     before = await snapshot(lenient, seeded)
 

@@ -11,8 +11,10 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import CompactionId, ThreadId
 from app.http.preconditions import ThreadIfMatch
 from app.http.problems import responses
+from app.http.routing import ParsedBodyRoute
 
-router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"])
+router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"],
+                   route_class=ParsedBodyRoute)
 
 
 @router.post("", status_code=201, response_model=CompactionOut,

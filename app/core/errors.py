@@ -70,14 +70,6 @@ class NotFound(AppError):
     status, code, title = 404, "not_found", "Not Found"
 
 
-class MethodNotAllowed(AppError):
-    status, code, title = 405, "method_not_allowed", "Method Not Allowed"
-
-
-class UriTooLong(AppError):
-    status, code, title = 414, "uri_too_long", "URI Too Long"
-
-
 class Conflict(AppError):
     status, code, title = 409, "conflict", "Conflict"
 
@@ -146,8 +138,9 @@ class NotReady(ServiceUnavailable):
     code, title = "not_ready", "Service not ready"
 
 
-def problem_from_status(status: int, detail: str | None = None) -> AppError:
-    """Map a framework-raised HTTP status (404 route, 405 method) to our hierarchy."""
+def problem_from_status(status: int, detail: str | None = None, *,
+                        headers: dict[str, str] | None = None) -> AppError:
+    """Map an HTTP-level status (404 route, 405 method, 414 URI) to our hierarchy."""
     cls: type[AppError] | None = {
         400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
         409: Conflict, 410: Gone, 412: PreconditionFailed, 413: PayloadTooLarge,
@@ -155,9 +148,12 @@ def problem_from_status(status: int, detail: str | None = None) -> AppError:
         503: ServiceUnavailable,
     }.get(status)
     if cls is not None:
-        return cls(detail)
-    error = AppError(detail)
+        return cls(detail, headers=headers) if cls is not Unauthorized else cls(detail)
+    error = AppError(detail, headers=headers)
     error.status = status
-    error.code = {405: "method_not_allowed", 406: "not_acceptable"}.get(status, "http_error")
-    error.title = detail or "HTTP error"
+    error.code, error.title = {
+        405: ("method_not_allowed", "Method Not Allowed"),
+        406: ("not_acceptable", "Not Acceptable"),
+        414: ("uri_too_long", "URI Too Long"),
+    }.get(status, ("http_error", detail or "HTTP error"))
     return error

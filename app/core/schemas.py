@@ -9,8 +9,8 @@ from typing import Annotated, Any, Self
 from pydantic import (
     AfterValidator,
     AwareDatetime,
-    BeforeValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,

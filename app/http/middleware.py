@@ -27,17 +27,17 @@ from app.core.errors import (
     AppError,
     Forbidden,
     InvalidJson,
-    MethodNotAllowed,
     PayloadTooLarge,
     Unprocessable,
     UnsupportedMediaType,
-    UriTooLong,
+    problem_from_status,
 )
 from app.core.jsonutil import parse_checked
 from app.core.logging import request_id_var
 from app.core.metrics import Metrics
 from app.http.dependencies import PRINCIPAL, authenticate
 from app.http.problems import problem_response
+from app.http.routing import PARSED_BODY
 
 access_log = logging.getLogger("agentstate.access")
 error_log = logging.getLogger("agentstate.errors")
@@ -50,8 +50,6 @@ MAX_URI_BYTES = 8192
 _METHOD_ORDER = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE", "OPTIONS")
 _ROUTE_METHODS = ("GET", "PUT", "PATCH", "POST", "DELETE")
 ACCEPT_PATCH = "application/merge-patch+json, application/json"
-# The parsed JSON body, handed from BodyLimitMiddleware to the handler (app/http/routing.py).
-PARSED_BODY = "agentstate.json"
 
 
 class RequestContextMiddleware:
@@ -179,8 +177,8 @@ class RequestShapeMiddleware:
         elif method == "HEAD" and "GET" in methods:
             await self.app({**scope, "method": "GET"}, receive, _without_body(send))
         else:
-            refusal = MethodNotAllowed(f"{method} is not allowed here; Allow: {allow}.",
-                                       headers=extra)
+            refusal = problem_from_status(
+                405, f"{method} is not allowed here; Allow: {allow}.", headers=extra)
             await problem_response(refusal, scope["path"])(scope, receive, send)
 
     @staticmethod
@@ -188,7 +186,8 @@ class RequestShapeMiddleware:
         raw_path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string", b"")
         if len(raw_path) + len(query) > MAX_URI_BYTES:
-            raise UriTooLong(f"The request URI is longer than {MAX_URI_BYTES} bytes.")
+            raise problem_from_status(
+                414, f"The request URI is longer than {MAX_URI_BYTES} bytes.")
         if b"%00" in query or b"\x00" in query:
             for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
                 if "\x00" in name or "\x00" in value:

@@ -11,10 +11,12 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ServerName
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
 from app.http.problems import responses
+from app.http.routing import ParsedBodyRoute
 from app.mcp_servers.schemas import McpServerOut, McpServerPatch, McpServerReplace
 from app.mcp_servers.service import McpServerService, server_path
 
-router = APIRouter(prefix="/v1/mcp-servers", tags=["mcp servers"])
+router = APIRouter(prefix="/v1/mcp-servers", tags=["mcp servers"],
+                   route_class=ParsedBodyRoute)
 
 IncludeSecrets = Annotated[bool, Query(
     description="Return secret values in clear; needs the `secrets:read` scope (403 otherwise).")]

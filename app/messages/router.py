@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -15,10 +14,12 @@ from app.http.pagination import Cursor, linked
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import ThreadIfMatch
 from app.http.problems import responses
+from app.http.routing import ParsedBodyRoute
 from app.messages.schemas import AppendOut, MessageBatch, MessageIn, MessageOut, Role
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
-router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"])
+router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
+                   route_class=ParsedBodyRoute)
 
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
 
@@ -38,7 +39,7 @@ async def append_body(request: Request) -> list[MessageIn]:
     """One message, or `{"messages": [...]}`. Parsed here, not as a pydantic union, so an
     error points into the body the client sent (`/messages/0/role`), not at a union branch."""
     raw = await request.body()
-    data: Any = json.loads(raw) if raw.strip() else None
+    data: Any = await request.json() if raw.strip() else None  # parsed once, by the middleware
     batch = isinstance(data, dict) and "messages" in data
     try:
         if batch:

@@ -11,6 +11,7 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
 from app.http.problems import responses
+from app.http.routing import ParsedBodyRoute
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
     ThreadCreate,
@@ -23,7 +24,8 @@ from app.threads.schemas import (
 )
 from app.threads.service import ThreadService
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"])
+router = APIRouter(prefix="/v1/threads", tags=["threads"],
+                   route_class=ParsedBodyRoute)
 
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
 
