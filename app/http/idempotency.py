@@ -27,7 +27,9 @@ async def _idempotency_request(
         key = key[1:-1]
     if not 0 < len(key) <= 255 or not all(" " <= char <= "~" for char in key):
         raise InvalidHeader("Idempotency-Key must be 1-255 printable ASCII characters.")
-    return IdempotencyRequest.of(key, await request.body())
+    # The value the body-limit middleware parsed (app/http/routing.py): no second parse.
+    body = await request.json() if (await request.body()).strip() else None
+    return IdempotencyRequest.of(key, body)
 
 
 IdempotencyDep = Annotated[IdempotencyRequest | None, Depends(_idempotency_request)]

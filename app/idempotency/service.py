@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from app.core.jsonutil import loads_strict
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
@@ -35,10 +34,10 @@ class IdempotencyRequest:
     fingerprint: str
 
     @classmethod
-    def of(cls, key: str, body: bytes) -> IdempotencyRequest:
-        # "The same JSON body": the parsed value, so whitespace and key order do not matter.
-        canonical = json.dumps(loads_strict(body) if body.strip() else None, sort_keys=True,
-                               separators=(",", ":"), ensure_ascii=False)
+    def of(cls, key: str, body: Any) -> IdempotencyRequest:
+        """`body` is the parsed JSON (None without one): "the same JSON body" is the same
+        value, so whitespace and key order do not matter."""
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return cls(key, hashlib.sha256(canonical.encode()).hexdigest())
 
 
