@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import ipaddress
 import json
 import logging
@@ -19,55 +20,112 @@ from app.core.settings import Settings
 
 if TYPE_CHECKING:
     from app.core.secretbox import SecretBox
+    from app.db.engine import Database
 
 T = TypeVar("T")
 
 
 def _serve(args: argparse.Namespace) -> int:
     from app.core.logging import configure_logging
+    from app.ops.startup import EXIT_MISCONFIGURED, LISTEN_ADDRESS, StartupError
 
     settings = Settings()
+    configure_logging(settings.log_level, settings.log_format)
     if not is_loopback(args.host):
         # Workers build their settings from the environment: they must never run open either.
         os.environ["AGENTSTATE_REQUIRE_API_KEYS"] = "true"
-        if not asyncio.run(_keys_exist(settings)):
-            print(
-                f"agentstate: refusing to listen on {args.host}: no API keys exist, and without "
-                "keys the server is open to anyone who can reach it. Create a key first:\n"
-                "  agentstate keys create --tenant <tenant> --name <name>\n"
-                "or listen on a loopback address (--host 127.0.0.1).",
-                file=sys.stderr,
-            )
-            return 2
-    configure_logging(settings.log_level, settings.log_format)
-    run_uvicorn(
-        "app.main:serve_app",
-        factory=True,
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        log_config=None,
-        access_log=False,
-        proxy_headers=args.proxy_headers,
-        timeout_graceful_shutdown=args.graceful_timeout,
-        timeout_keep_alive=args.keep_alive,
-        server_header=False,
-    )
+    # Everything a request would trip over, found before the port is taken.
+    asyncio.run(_preflight(settings, args.host))
+    # Bound (and listening) before the lifespan runs, so its "ready" line is true when logged,
+    # and a port another server holds is refused before anything else happens.
+    listener = _listen(args.host, args.port, args.workers)
+    host, port = listener.getsockname()[:2]
+    os.environ[LISTEN_ADDRESS] = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+    try:
+        started = run_uvicorn(
+            "app.main:serve_app",
+            listener,
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_config=None,
+            access_log=False,
+            proxy_headers=args.proxy_headers,
+            timeout_graceful_shutdown=args.graceful_timeout,
+            timeout_keep_alive=args.keep_alive,
+            limit_concurrency=args.limit_concurrency,
+            h11_max_incomplete_event_size=args.max_header_bytes,
+            http="h11",
+            server_header=False,
+        )
+    finally:
+        listener.close()
+    if not started:
+        raise StartupError("the server did not start; the lines above say why",
+                           EXIT_MISCONFIGURED)
     return 0
 
 
-def run_uvicorn(app: str, **options: Any) -> None:
-    """uvicorn.run, but with a listening socket per worker (see WorkerSocket)."""
+async def _preflight(settings: Settings, host: str) -> None:
+    """The start-up checks of the lifespan (app/ops/startup.py), run once before uvicorn."""
+    from app.core.secretbox import SecretKeyError, load_secret_box
+    from app.db.engine import Database
+    from app.ops.startup import StartupError, check_schema, check_secrets, schema_revision
+
+    try:
+        box = load_secret_box(settings)
+    except SecretKeyError as error:
+        raise StartupError(str(error)) from None
+    db = Database(settings)
+    try:
+        if settings.should_auto_migrate:
+            await schema_revision(db, settings)  # reachable; the lifespan migrates
+        else:
+            await check_schema(db, settings)
+            await check_secrets(db, box)
+        if not is_loopback(host) and not await _keys_exist(settings, db):
+            raise StartupError(
+                f"refusing to listen on {host}: no API keys exist, and without keys the "
+                "server is open to anyone who can reach it. Create a key first:\n"
+                "  agentstate keys create --tenant <tenant> --name <name>\n"
+                "or listen on a loopback address (--host 127.0.0.1).")
+    finally:
+        await db.dispose()
+
+
+def _listen(host: str, port: int, workers: int) -> socket.socket:
+    """The listening socket, or StartupError when another process holds the port.
+
+    With more than one worker each worker listens on a socket of its own (SO_REUSEPORT, see
+    WorkerSocket). The kernel lets any process of the same user join such a group, so a
+    second server would silently take half the connections; a plain bind first proves the
+    port is free (it fails while any socket, SO_REUSEPORT or not, is bound there).
+    """
+    if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+        _bind(host, port, socket.socket, reuseport=False).close()
+        return _reuseport_socket(host, port, WorkerSocket)
+    sock = _bind(host, port, socket.socket, reuseport=False)
+    sock.listen(2048)
+    return sock
+
+
+def run_uvicorn(app: str, listener: socket.socket | None = None, **options: Any) -> bool:
+    """uvicorn.run on `listener` (with a listening socket per worker, see WorkerSocket).
+
+    Returns whether the server started (False: its lifespan refused, and said why).
+    """
     import uvicorn
 
     workers = options.get("workers", 1)
-    if workers > 1 and hasattr(socket, "SO_REUSEPORT"):
+    config = uvicorn.Config(app, **options)
+    if listener is None:
+        listener = _listen(config.host, config.port, workers)
+    if workers > 1 and isinstance(listener, WorkerSocket):
         from uvicorn.supervisors import Multiprocess
 
         from app.core.metrics import MULTIPROCESS_DIR
 
-        config = uvicorn.Config(app, **options)
-        listener = _reuseport_socket(config.host, config.port, WorkerSocket)
         logging.getLogger("agentstate.serve").info(
             "listening on %s:%d with %d workers, a socket each (SO_REUSEPORT)",
             config.host, listener.getsockname()[1], workers)
@@ -78,8 +136,10 @@ def run_uvicorn(app: str, **options: Any) -> None:
             Multiprocess(config, sockets=[listener]).run()
         finally:
             shutil.rmtree(metrics_dir, ignore_errors=True)
-    else:
-        uvicorn.run(app, **options)
+        return True
+    server = uvicorn.Server(config)
+    server.run(sockets=[listener])
+    return bool(server.started)
 
 
 class WorkerSocket(socket.socket):
@@ -101,15 +161,25 @@ class WorkerSocket(socket.socket):
 
 def _reuseport_socket(host: str, port: int,
                       cls: type[socket.socket] = socket.socket) -> socket.socket:
+    return _bind(host, port, cls, reuseport=True)
+
+
+def _bind(host: str, port: int, cls: type[socket.socket], *, reuseport: bool) -> socket.socket:
+    from app.ops.startup import StartupError
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = cls(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if reuseport:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        raise SystemExit(f"agentstate: cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise StartupError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}"
+                           + (" (another server runs there?)"
+                              if exc.errno == errno.EADDRINUSE else "")) from None
+    sock.set_inheritable(True)
     return sock
 
 
@@ -199,26 +269,17 @@ def is_loopback(host: str) -> bool:
         return False  # any other host name may resolve to a public address
 
 
-async def _keys_exist(settings: Settings) -> bool:
-    """Whether any key exists; True (keys required anyway) if the database cannot say."""
+async def _keys_exist(settings: Settings, db: Database) -> bool:
+    """Whether any key exists (False on a database not migrated yet)."""
     from sqlalchemy import inspect
 
     from app.auth.repository import ApiKeyRepository
-    from app.db.engine import Database
 
-    db = Database(settings)
-    try:
-        async with db.engine.connect() as connection:
-            if not await connection.run_sync(lambda sync: inspect(sync).has_table("api_keys")):
-                return False
-        async with db.read() as connection:
-            return await ApiKeyRepository(connection).any_exist()
-    except (OSError, TimeoutError) as exc:
-        print(f"agentstate: cannot check for API keys ({type(exc).__name__}); every request "
-              "will need one.", file=sys.stderr)
-        return True
-    finally:
-        await db.dispose()
+    async with db.engine.connect() as connection:
+        if not await connection.run_sync(lambda sync: inspect(sync).has_table("api_keys")):
+            return False
+    async with db.read() as connection:
+        return await ApiKeyRepository(connection).any_exist()
 
 
 async def _in_keys_session(settings: Settings, use: Callable[[Any], Awaitable[T]]) -> T:
@@ -289,23 +350,40 @@ def _print_keys(keys: list[Any], *, as_json: bool) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from app import __version__
     from app.auth.service import DEFAULT_SCOPES
 
     parser = argparse.ArgumentParser(
         prog="agentstate", description="The state service AI agents keep their memory in."
     )
+    parser.add_argument("--version", action="version", version=f"agentstate {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error (also AGENTSTATE_LOG_LEVEL=DEBUG)")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the HTTP API")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--workers", type=int, default=1)
+    serve = sub.add_parser(
+        "serve", help="run the HTTP API", epilog=SERVE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: %(default)s); off loopback the "
+                            "server refuses to start until an API key exists")
+    serve.add_argument("--port", type=int, default=8080, help="(default: %(default)s)")
+    serve.add_argument("--workers", type=int, default=1,
+                       help="processes, each with its own socket (default: %(default)s)")
     serve.add_argument("--proxy-headers", action="store_true",
                        help="trust X-Forwarded-* from the proxy in front")
     serve.add_argument("--graceful-timeout", type=int, default=30,
-                       help="seconds in-flight requests get to finish on SIGTERM")
+                       help="seconds in-flight requests get to finish on SIGTERM "
+                            "(default: %(default)s)")
     serve.add_argument("--keep-alive", type=int, default=30,
-                       help="seconds an idle keep-alive connection stays open")
+                       help="seconds an idle keep-alive connection stays open "
+                            "(default: %(default)s)")
+    serve.add_argument("--limit-concurrency", type=int, default=1000,
+                       help="connections and requests at once per worker; beyond it new "
+                            "ones get 503 (default: %(default)s)")
+    serve.add_argument("--max-header-bytes", type=int, default=16 * 1024,
+                       help="largest request head (line and headers) accepted; larger ones "
+                            "are refused (default: %(default)s)")
     serve.set_defaults(func=_serve)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema (alembic upgrade)")
@@ -344,9 +422,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SERVE_EPILOG = """\
+environment (see docs/operations.md for all):
+  AGENTSTATE_DATABASE_URL      postgresql://user:pass@host/db[?sslmode=...] or sqlite:///path
+                               (default: sqlite in $XDG_DATA_HOME/agentstate/state.db)
+  AGENTSTATE_SECRET_KEYS       keys for MCP secrets (default on SQLite: secret.key beside the
+                               database; on Postgres: none, secret writes are refused)
+  AGENTSTATE_AUTO_MIGRATE      migrate at start (default: on for SQLite, off for Postgres)
+  AGENTSTATE_ALLOWED_HOSTS     Host names an open server answers (default: loopback names)
+  AGENTSTATE_DATABASE_TIMEOUT  seconds before a silent database is answered 503 (default: 10)
+  AGENTSTATE_LOG_LEVEL, AGENTSTATE_LOG_FORMAT   INFO, json (default)
+"""
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; an error is one line on stderr and a non-zero status, the traceback
+    only with --debug or AGENTSTATE_LOG_LEVEL=DEBUG."""
+    from pydantic import ValidationError
+
+    from app.core.settings import describe_settings_error
+    from app.ops.startup import EXIT_FAILED, EXIT_MISCONFIGURED, StartupError
+
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    debug = args.debug or os.environ.get("AGENTSTATE_LOG_LEVEL", "").strip().upper() == "DEBUG"
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except StartupError as error:
+        if debug:
+            raise
+        print(f"agentstate: {error}", file=sys.stderr)
+        return error.exit_code
+    except ValidationError as error:
+        if debug or error.title != "Settings":
+            raise
+        for line in describe_settings_error(error).splitlines():
+            print(f"agentstate: {line}", file=sys.stderr)
+        return EXIT_MISCONFIGURED
+    except Exception as error:
+        if debug:
+            raise
+        print(f"agentstate: {_describe(error)}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _describe(error: Exception) -> str:
+    """One line for an unexpected error: the database's cause when it is one."""
+    from app.db.diagnosis import diagnose
+    from app.ops.startup import database_error
+
+    try:
+        settings: Settings | None = Settings()
+    except ValueError:  # pydantic's ValidationError
+        settings = None
+    if settings is not None and diagnose(error, settings.database_url) is not None:
+        return str(database_error(error, settings))
+    text = str(error).splitlines()[0] if str(error) else ""
+    return (f"{type(error).__name__}: {text} (run with --debug for the traceback)"
+            if text else f"{type(error).__name__} (run with --debug for the traceback)")
 
 
 if __name__ == "__main__":

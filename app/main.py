@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -14,7 +13,6 @@ from app.auth.tenancy import install_tenant_guard
 from app.compactions.router import router as compactions_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
-from app.core.secretbox import load_secret_box
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
@@ -25,9 +23,8 @@ from app.http.problems import install_handlers
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
+from app.ops.startup import start
 from app.threads.router import router as threads_router
-
-log = logging.getLogger("agentstate")
 
 ROUTERS = [
     ops_router, threads_router, messages_router, compactions_router, agent_states_router,
@@ -45,14 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         install_tenant_guard(db.engine)
         metrics.watch_pool(db.engine)
         try:
-            if settings.should_auto_migrate:
-                await migrate.upgrade(db.engine)
             app.state.db = db
-            app.state.secret_box = load_secret_box(settings)
-            if app.state.secret_box is None:
-                log.warning("AGENTSTATE_SECRET_KEYS is not set: MCP server writes that carry "
-                            "secrets will be refused")
-            log.info("agentstate ready", extra={"database": settings.redacted_database_url()})
+            await start(app, settings, db)
             yield
         finally:
             await db.dispose()
@@ -92,4 +83,7 @@ def serve_app() -> FastAPI:
     """The factory `agentstate serve` gives uvicorn (each worker calls it)."""
     settings = Settings()
     configure_logging(settings.log_level, settings.log_format)
-    return create_app(settings)
+    app = create_app(settings)
+    # Served for real: a failed start-up check stops the server instead of serving 503s.
+    app.state.strict_start = True
+    return app

@@ -100,10 +100,13 @@ async def test_include_secrets_needs_the_scope(settings: Settings, uid: str) -> 
         assert allowed.json()["secrets"] == {"t": "v"}
 
 
-async def test_without_a_key_secrets_are_refused(client: httpx.AsyncClient, uid: str) -> None:
+@pytest.mark.postgres_only(reason="on SQLite a key is generated beside the database file")
+async def test_without_a_key_secrets_are_refused(database_url: str, client: httpx.AsyncClient,
+                                                 uid: str) -> None:
     u = f"/v1/mcp-servers/{uid}"
     refused = await client.put(u, json={"server_type": "x", "secrets": {"t": "v"}})
-    assert refused.status_code == 500 and refused.json()["code"] == "secrets_not_configured"
+    # The operator's fix, not the client's: 503 (issue 13), never a 500.
+    assert refused.status_code == 503 and refused.json()["code"] == "secrets_not_configured"
     assert "AGENTSTATE_SECRET_KEYS" in refused.json()["detail"]
     assert (await client.get(u)).status_code == 404, "nothing was written"
     ok = await client.put(u, json={"server_type": "x", "secrets": {}})

@@ -119,9 +119,10 @@ class PreconditionRequired(AppError):
 
 
 class SecretsNotConfigured(AppError):
-    """The server has no key to encrypt secrets with: an operator's fix, not the client's."""
+    """The server has no key to encrypt secrets with: an operator's fix, not the client's, so
+    503 (this server cannot do it now), not a 4xx the client would take as its own fault."""
 
-    status, code, title = 500, "secrets_not_configured", "Secrets are not configured"
+    status, code, title = 503, "secrets_not_configured", "Secrets are not configured"
 
 
 class SecretsUndecryptable(AppError):

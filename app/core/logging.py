@@ -48,7 +48,16 @@ def configure_logging(level: str = "INFO", fmt: str = "json") -> None:
         logging.getLogger(name).handlers[:] = []
         logging.getLogger(name).propagate = True
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if level.upper() != "DEBUG":
+        logging.getLogger("uvicorn.error").addFilter(_drop_startup_tracebacks)
     access = logging.getLogger("uvicorn.access")
     access.handlers[:] = []
     access.propagate = False
     access.disabled = True
+
+
+def _drop_startup_tracebacks(record: logging.LogRecord) -> bool:
+    """A refused start-up (app/ops/startup.py) has logged its one line already; uvicorn's
+    copy of the traceback says nothing more (it is kept at DEBUG)."""
+    message = record.getMessage()
+    return not (message.startswith("Traceback") and "StartupError" in message)

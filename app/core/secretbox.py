@@ -7,9 +7,10 @@ need no key-id format of our own. Fernet has no associated data, so the owner of
 ciphertext (tenant and server name) is sealed inside the authenticated plaintext and checked
 on opening: a ciphertext copied to another row or tenant does not open there.
 
-Keys come from AGENTSTATE_SECRET_KEYS. On the embedded default (the SQLite database in the
-data directory) with no key configured, one is generated once into `<data dir>/secret.key`
-(mode 0600). Anywhere else without a key, writes that carry secrets are refused. No message
+Keys come from AGENTSTATE_SECRET_KEYS. On SQLite with no key configured, one is generated
+once into `secret.key` beside the database file (mode 0600): the key travels with the file it
+protects, wherever AGENTSTATE_DATABASE_URL puts it. On Postgres without a key, writes that
+carry secrets are refused with 503 `secrets_not_configured`. No message
 here ever contains key material or a secret.
 """
 
@@ -27,7 +28,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from app.core.errors import SecretsNotConfigured, SecretsUndecryptable
 from app.core.jsonutil import dumps
-from app.core.settings import Settings, data_dir, default_database_url
+from app.core.settings import Settings
 
 KEY_FILE = "secret.key"
 log = logging.getLogger("agentstate.secrets")
@@ -117,8 +118,22 @@ def _key_file(path: Path) -> str:
     return path.read_text().strip()
 
 
-def key_file_path() -> Path:
-    return data_dir() / KEY_FILE
+def key_file_path(settings: Settings) -> Path | None:
+    """Where the generated key of a SQLite database lives (None: Postgres, or in memory)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database).expanduser().absolute().parent / KEY_FILE
+
+
+def secrets_status(settings: Settings) -> str:
+    """For the start banner: where the key for MCP secrets comes from."""
+    if settings.secret_keys:
+        return f"configured ({len(settings.secret_keys)} key(s) in AGENTSTATE_SECRET_KEYS)"
+    path = key_file_path(settings)
+    return f"key file {path}" if path else "not configured"
 
 
 def load_secret_box(settings: Settings) -> SecretBox | None:
@@ -126,8 +141,8 @@ def load_secret_box(settings: Settings) -> SecretBox | None:
     keys = [key.get_secret_value() for key in settings.secret_keys]
     if keys:
         return SecretBox(keys)
-    if settings.database_url == default_database_url():
-        path = key_file_path()
+    path = key_file_path(settings)
+    if path is not None:
         try:
             return SecretBox([_key_file(path)])
         except SecretKeyError:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -65,7 +65,9 @@ def normalise_database_url(url: str) -> str:
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="AGENTSTATE_", env_file=".env", extra="ignore", frozen=True
+        # An empty variable (`AGENTSTATE_DATABASE_URL=`) means the default, as in a shell.
+        env_prefix="AGENTSTATE_", env_file=".env", extra="ignore", frozen=True,
+        env_ignore_empty=True,
     )
 
     database_url: str = Field(
@@ -85,6 +87,14 @@ class Settings(BaseSettings):
     )
     connect_timeout: float = Field(5.0, gt=0)
     statement_timeout_ms: int = Field(30_000, ge=0, description="Postgres statement_timeout.")
+    database_timeout: float = Field(
+        10.0, gt=0,
+        description="Seconds a request waits on a database that stopped answering (a network "
+                    "partition) before it is answered 503; also bounds the connection ping.")
+    idle_in_transaction_timeout_ms: int = Field(
+        60_000, ge=0,
+        description="Postgres idle_in_transaction_session_timeout: a stalled client cannot "
+                    "hold row locks longer.")
     sqlite_busy_timeout_ms: int = Field(30_000, ge=0)
     sqlite_synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "FULL"
 
@@ -126,7 +136,11 @@ class Settings(BaseSettings):
         None, description="e.g. https://state.example.com; `Link` is relative when unset.")
     max_page_bytes: int = Field(4 * 1024 * 1024, ge=1024)
 
-    log_level: str = "INFO"
+    # Host names an open (no keys) server answers; default: loopback names only, so a web page
+    # cannot reach it through a DNS-rebinding domain. `*` allows any.
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
 
@@ -148,7 +162,36 @@ class Settings(BaseSettings):
     @field_validator("database_url")
     @classmethod
     def _normalise_url(cls, value: str) -> str:
-        return normalise_database_url(value.strip())
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        url = normalise_database_url(value.strip()) if value.strip() else default_database_url()
+        try:
+            backend = make_url(url).get_backend_name()
+        except ArgumentError:
+            # Never echo the value: it may hold a password.
+            raise ValueError("is not a database URL; expected postgresql://user:password@"
+                             "host:5432/database or sqlite:///path/to/file.db") from None
+        if backend not in ("postgresql", "sqlite"):
+            raise ValueError(f"names the {backend} database, which agentstate does not "
+                             "support; use postgresql://... or sqlite:///...")
+        if backend == "postgresql":
+            from app.db.pgurl import check_parameters
+
+            check_parameters(make_url(url).query)  # libpq's names; unknown ones refused
+        return url
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_level(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip().lower() for part in value.split(",") if part.strip()]
+        return value
 
     @field_validator("secret_keys", mode="before")
     @classmethod
@@ -165,7 +208,40 @@ class Settings(BaseSettings):
     def should_auto_migrate(self) -> bool:
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
 
+    @property
+    def debug(self) -> bool:
+        return self.log_level == "DEBUG"
+
     def redacted_database_url(self) -> str:
         from sqlalchemy.engine import make_url
 
         return make_url(self.database_url).render_as_string(hide_password=True)
+
+
+def describe_settings_error(error: ValidationError) -> str:
+    """A settings error as the operator wrote it: by environment variable, one per line,
+    never echoing the value (it may be a password or a key)."""
+    lines = []
+    for item in error.errors():
+        field = str(item["loc"][0]) if item.get("loc") else "?"
+        name = f"AGENTSTATE_{field.upper()}"
+        ctx = item.get("ctx") or {}
+        kind = item.get("type", "")
+        bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),
+                  "less_than_equal": ("<=", "le"), "less_than": ("<", "lt")}
+        if kind in bounds:
+            sign, key = bounds[kind]
+            lines.append(f"{name} must be {sign} {ctx.get(key)}")
+        elif kind in ("int_parsing", "int_from_float"):
+            lines.append(f"{name} must be a whole number")
+        elif kind == "float_parsing":
+            lines.append(f"{name} must be a number")
+        elif kind == "bool_parsing":
+            lines.append(f"{name} must be true or false")
+        elif kind == "literal_error":
+            lines.append(f"{name} must be one of {ctx.get('expected')}")
+        elif kind == "value_error":
+            lines.append(f"{name} {ctx.get('error') or item['msg']}")
+        else:
+            lines.append(f"{name}: {item['msg']}")
+    return "\n".join(lines)

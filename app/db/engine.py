@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -35,6 +36,23 @@ def build_engine(settings: Settings) -> AsyncEngine:
         )
         _configure_sqlite(engine, settings)
         return engine
+    from app.db.pgurl import translate
+
+    query, from_url = translate(url.query)
+    url = url.set(query=query)
+    server_settings = {
+        "application_name": "agentstate",
+        "statement_timeout": str(settings.statement_timeout_ms),
+        # A client that stalls inside a transaction (a partition) cannot hold row locks
+        # for longer than this: the server ends its session.
+        "idle_in_transaction_session_timeout": str(settings.idle_in_transaction_timeout_ms),
+        **from_url.pop("server_settings", {}),
+    }
+    # The last resort for a statement that never returns: `database_timeout` beyond the
+    # statement timeout (none when statements may run for ever, as migrations do). A
+    # partition is found sooner, by TCP (see _detect_partitions).
+    command_timeout = (settings.statement_timeout_ms / 1000 + settings.database_timeout
+                       if settings.statement_timeout_ms else None)
     engine = create_async_engine(
         url,
         pool_size=settings.pool_size,
@@ -42,22 +60,52 @@ def build_engine(settings: Settings) -> AsyncEngine:
         pool_recycle=settings.pool_recycle,
         pool_timeout=settings.pool_timeout,
         connect_args={
-            "timeout": settings.connect_timeout,
-            # A connection that stops answering (half-open TCP) fails instead of hanging.
-            "command_timeout": settings.statement_timeout_ms / 1000 + 5 if settings.statement_timeout_ms else None,
-            "server_settings": {
-                "application_name": "agentstate",
-                "statement_timeout": str(settings.statement_timeout_ms),
-            },
+            "timeout": min(settings.connect_timeout, settings.database_timeout),
+            "command_timeout": command_timeout,
+            **from_url,
+            "server_settings": server_settings,
         },
         **{**common, "pool_pre_ping": False},
     )
+    _detect_partitions(engine, settings.database_timeout)
     if settings.pool_pre_ping:
-        _ping_on_checkout(engine, settings.pool_ping_idle_seconds)
+        _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
 
 
-def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float) -> None:
+def _detect_partitions(engine: AsyncEngine, seconds: float) -> None:
+    """TCP keepalives and TCP_USER_TIMEOUT on every Postgres connection (libpq's `keepalives`
+    and `tcp_user_timeout`, which asyncpg does not offer).
+
+    When the network between us and Postgres silently drops packets, a request waiting for a
+    statement's answer would wait for the command timeout (statement timeout + slack), and
+    one sending for the kernel's retransmission limit (about 15 minutes). With these, the
+    kernel gives up on the connection once the peer has not acknowledged anything for
+    `seconds`, while a statement that runs long on a healthy connection is unaffected (the
+    peer's kernel answers the keepalive probes).
+    """
+    interval = max(1, int(seconds / 3))
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        driver = getattr(dbapi_connection, "driver_connection", None)
+        transport = getattr(driver, "_transport", None)
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return  # a unix socket has no network to lose
+        options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+        for name, value in (("TCP_KEEPIDLE", interval), ("TCP_KEEPINTVL", interval),
+                            ("TCP_KEEPCNT", 3), ("TCP_USER_TIMEOUT", int(seconds * 1000))):
+            if hasattr(socket, name):
+                options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+        for level, option, value in options:
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError:
+                pass  # not on this platform; the command timeout still bounds the wait
+
+
+def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float, timeout: float) -> None:
     """`pool_pre_ping` in at most one round trip, and none for a connection in steady use.
 
     SQLAlchemy's asyncpg ping wraps a prepared `;` in BEGIN/ROLLBACK (three round trips, on
@@ -84,8 +132,9 @@ def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float) -> None:
         if time.monotonic() - record.info.get(_LAST_USED, 0.0) < idle_seconds:
             return
         try:
-            await_(driver.execute("SELECT 1"))
-        except Exception as exc:  # noqa: BLE001 - any failure means "not usable"
+            # Bounded: through a partition the ping must not wait out the command timeout.
+            await_(driver.execute("SELECT 1", timeout=timeout))
+        except Exception as exc:  # any failure means "not usable"
             raise InvalidatePoolError("connection failed its ping") from exc
 
 

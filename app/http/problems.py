@@ -20,6 +20,7 @@ from app.core.errors import (
     Unprocessable,
     problem_from_status,
 )
+from app.db.diagnosis import diagnose
 
 # Postgres SQLSTATE classes that mean "the database cannot serve this now", not a bug: 08
 # connection exceptions, 53 insufficient resources (too many connections, disk full, out of
@@ -150,7 +151,9 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
         # Connection-level failures are the database being away, not a bug: 503 + Retry-After.
         # The statement and its parameters are never logged or returned.
         sqlstate = _sqlstate(exc)
-        log.warning("database unavailable: %s %s", type(exc).__name__, sqlstate)
+        found = diagnose(exc, request.app.state.settings.database_url)
+        log.warning("database unavailable: %s",
+                    found.message if found else f"{type(exc).__name__} {sqlstate}")
         error = ServiceUnavailable(
             "The database is unavailable; retry shortly.",
             headers={"Retry-After": str(retry_after)},
@@ -160,13 +163,16 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
             error.detail = ("The database cancelled the statement after waiting too long "
                             "(a lock held by another request, or a busy server); nothing was "
                             "written. Retry shortly.")
+        elif found is not None and found.code != error.code:  # the cause, when it is known
+            error.code, error.detail = found.code, found.message[:1].upper() + found.message[1:]
         return problem_response(error, request.url.path)
 
     async def dbapi_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, DBAPIError)
         sqlstate = _sqlstate(exc)
         if (exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE)
-                or sqlstate in _TIMEOUTS):
+                or sqlstate in _TIMEOUTS
+                or diagnose(exc, request.app.state.settings.database_url) is not None):
             return await database_error(request, exc)
         log.error("unhandled %s", type(exc).__name__, exc_info=exc)
         response = problem_response(AppError("An unexpected error occurred."), request.url.path)

@@ -310,7 +310,6 @@ async def _copy(args: argparse.Namespace) -> int:
 
 def _run_backup(args: argparse.Namespace) -> int:
     from app.core.secretbox import key_file_path
-    from app.core.settings import default_database_url
     from app.db.backup import BackupError, backup
 
     settings = Settings()
@@ -320,8 +319,8 @@ def _run_backup(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     print(f"backed up {settings.redacted_database_url()} to {result.path} ({result.pages} "
           f"pages, {result.bytes} bytes, schema {result.schema})", file=sys.stderr)
-    if settings.database_url == default_database_url() and key_file_path().exists() \
-            and not settings.secret_keys:
-        print(f"note: the key that opens MCP server secrets is {key_file_path()}, not in the "
+    key_file = key_file_path(settings)
+    if key_file is not None and key_file.exists() and not settings.secret_keys:
+        print(f"note: the key that opens MCP server secrets is {key_file}, not in the "
               "backup; keep a copy of it with the backup.", file=sys.stderr)
     return 0

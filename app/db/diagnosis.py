@@ -1,0 +1,128 @@
+"""What went wrong with the database, in one line an operator can act on.
+
+SQLAlchemy wraps the driver's exception (asyncpg's, sqlite3's, or an OSError from the socket)
+once or twice; `diagnose()` walks the chain to the cause and names it with a stable `code`
+(the problem `code` of a 503, and what /readyz reports) and a sentence saying how to fix it.
+Messages name the database by its redacted URL and never carry SQL or its parameters.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import sqlite3
+import ssl
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+URL_SETTING = "AGENTSTATE_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    code: str
+    message: str
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo += [getattr(current, "orig", None), current.__cause__, current.__context__]
+
+
+def _where(url: str) -> str:
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return "the database"
+    if parsed.get_backend_name() == "sqlite":
+        return f"the SQLite database {parsed.database}"
+    return f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+
+
+def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
+    """The cause of a database failure, or None when it is not one we can name."""
+    parsed_db = _database_name(url)
+    for cause in _chain(exc):
+        sqlstate = str(getattr(cause, "sqlstate", "") or "")
+        text = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        if sqlstate == "3D000":
+            return Diagnosis("database_missing", f"database {parsed_db} does not exist: "
+                             f"create it, or set {URL_SETTING}")
+        if sqlstate in ("28000", "28P01"):
+            return Diagnosis("database_auth_failed", f"{_where(url)} refused the login: {text}: "
+                             f"check the user and password in {URL_SETTING}")
+        if sqlstate == "42P01" or (isinstance(cause, sqlite3.OperationalError)
+                                   and text.startswith("no such table")):
+            return Diagnosis("schema_not_current", "the database schema is not current "
+                             f"({text}): run `agentstate migrate`")
+        if sqlstate == "53100" or _is_disk_full(cause):
+            return Diagnosis("disk_full", f"{_where(url)}: disk full ({text}): free space "
+                             "on its file system")
+        if sqlstate == "25006" or _is_read_only(cause):
+            return Diagnosis("read_only", f"{_where(url)} is read-only ({text}): "
+                             "check the file system, its mount and the file's permissions"
+                             if _is_sqlite(url) else f"{_where(url)} is read-only ({text}): "
+                             "is it a standby? point AGENTSTATE_DATABASE_URL at the primary")
+        if isinstance(cause, sqlite3.OperationalError) and "unable to open" in text:
+            return Diagnosis("database_unavailable", f"cannot open {_where(url)}: check that "
+                             "its directory exists and is writable")
+        if sqlstate.startswith(("08", "57P")):
+            return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
+        if sqlstate.startswith("53"):
+            return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
+        if isinstance(cause, socket.gaierror):
+            return Diagnosis("database_unavailable", f"cannot resolve the database host "
+                             f"of {_where(url)}: check {URL_SETTING}")
+        if isinstance(cause, ssl.SSLError | ssl.CertificateError):
+            return Diagnosis("database_tls_failed", f"TLS to {_where(url)} failed: {text}: "
+                             "check sslmode and sslrootcert in " + URL_SETTING)
+        if isinstance(cause, ConnectionRefusedError):
+            return Diagnosis("database_unavailable", f"{_where(url)} refused the connection: "
+                             "is the database running, and is the host and port right?")
+        if isinstance(cause, TimeoutError | PoolTimeout):
+            return Diagnosis("database_timeout", f"{_where(url)} did not answer in time")
+        if isinstance(cause, ConnectionError | OSError):
+            return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
+        if type(cause).__name__ in ("ConnectionDoesNotExistError", "InterfaceError",
+                                    "InternalClientError", "ConnectionFailureError"):
+            return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return Diagnosis("database_unavailable", f"{_where(url)}: the connection was lost")
+    return None
+
+
+def _database_name(url: str) -> str:
+    try:
+        return make_url(url).database or "(none)"
+    except ArgumentError:
+        return "(unparsable URL)"
+
+
+def _is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def _is_disk_full(cause: BaseException) -> bool:
+    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return isinstance(cause, sqlite3.Error) and (
+        "disk is full" in str(cause) or getattr(cause, "sqlite_errorname", "") == "SQLITE_FULL")
+
+
+def _is_read_only(cause: BaseException) -> bool:
+    if isinstance(cause, OSError) and cause.errno == errno.EROFS:
+        return True
+    return isinstance(cause, sqlite3.Error) and (
+        "readonly database" in str(cause)
+        or str(getattr(cause, "sqlite_errorname", "")).startswith("SQLITE_READONLY"))
