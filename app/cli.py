@@ -55,8 +55,8 @@ def _serve(args: argparse.Namespace) -> int:
             timeout_graceful_shutdown=args.graceful_timeout,
             timeout_keep_alive=args.keep_alive,
             limit_concurrency=args.limit_concurrency,
-            h11_max_incomplete_event_size=args.max_header_bytes,
-            http="h11",
+            h11_max_incomplete_event_size=settings.max_header_bytes,
+            http=args.http,
             server_header=False,
         )
     finally:
@@ -71,10 +71,10 @@ async def _preflight(settings: Settings, host: str) -> None:
     """The start-up checks of the lifespan (app/ops/startup.py), run once before uvicorn."""
     from app.core.secretbox import SecretKeyError, load_secret_box
     from app.db.engine import Database
-    from app.ops.startup import StartupError, check_schema, check_secrets, schema_revision
+    from app.ops.startup import StartupError, check_schema, schema_revision
 
     try:
-        box = load_secret_box(settings)
+        load_secret_box(settings)  # a malformed key is a line here, not a traceback later
     except SecretKeyError as error:
         raise StartupError(str(error)) from None
     db = Database(settings)
@@ -82,14 +82,14 @@ async def _preflight(settings: Settings, host: str) -> None:
         if settings.should_auto_migrate:
             await schema_revision(db, settings)  # reachable; the lifespan migrates
         else:
-            await check_schema(db, settings)
-            await check_secrets(db, box)
+            await check_schema(db, settings)  # the lifespan checks the secrets key
         if not is_loopback(host) and not await _keys_exist(settings, db):
             raise StartupError(
                 f"refusing to listen on {host}: no API keys exist, and without keys the "
                 "server is open to anyone who can reach it. Create a key first:\n"
                 "  agentstate keys create --tenant <tenant> --name <name>\n"
-                "or listen on a loopback address (--host 127.0.0.1).")
+                "or listen on a loopback address (--host 127.0.0.1). Exiting with status 2: "
+                "a restart cannot fix this.")
     finally:
         await db.dispose()
 
@@ -381,9 +381,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--limit-concurrency", type=int, default=1000,
                        help="connections and requests at once per worker; beyond it new "
                             "ones get 503 (default: %(default)s)")
-    serve.add_argument("--max-header-bytes", type=int, default=16 * 1024,
-                       help="largest request head (line and headers) accepted; larger ones "
-                            "are refused (default: %(default)s)")
+    serve.add_argument("--http", choices=["h11", "httptools"], default="h11",
+                       help="HTTP parser: h11 (default) refuses a request head larger than "
+                            "AGENTSTATE_MAX_HEADER_BYTES while it arrives; httptools is "
+                            "faster and does not (put a proxy in front)")
     serve.set_defaults(func=_serve)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema (alembic upgrade)")
@@ -429,7 +430,8 @@ environment (see docs/operations.md for all):
   AGENTSTATE_SECRET_KEYS       keys for MCP secrets (default on SQLite: secret.key beside the
                                database; on Postgres: none, secret writes are refused)
   AGENTSTATE_AUTO_MIGRATE      migrate at start (default: on for SQLite, off for Postgres)
-  AGENTSTATE_ALLOWED_HOSTS     Host names an open server answers (default: loopback names)
+  AGENTSTATE_ALLOWED_HOSTS     Host names an open server answers besides loopback ones
+  AGENTSTATE_MAX_HEADER_BYTES  largest request head; larger ones get 431 (default: 16384)
   AGENTSTATE_DATABASE_TIMEOUT  seconds before a silent database is answered 503 (default: 10)
   AGENTSTATE_LOG_LEVEL, AGENTSTATE_LOG_FORMAT   INFO, json (default)
 """

@@ -19,6 +19,7 @@ from app.db.engine import Database
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
+from app.http.posture import install_posture
 from app.http.problems import install_handlers
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
@@ -86,4 +87,5 @@ def serve_app() -> FastAPI:
     app = create_app(settings)
     # Served for real: a failed start-up check stops the server instead of serving 503s.
     app.state.strict_start = True
+    install_posture(app, settings)
     return app

@@ -460,7 +460,8 @@ def test_unmatched_routes_through_a_real_server(database_url: str, backend: str,
     a trailing slash 404 (no redirect built from the Host header). A request line past
     uvicorn's own parser limit (100,000 characters) never reaches the application: uvicorn
     answers 400 in plain text and closes; that is accepted here, a 5xx or a hang is not."""
-    with ServerProcess(database_url) as server:
+    # Any Host: an open server answers only loopback names otherwise (issue 13, rebinding).
+    with ServerProcess(database_url, env={"AGENTSTATE_ALLOWED_HOSTS": "*"}) as server:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         status, headers, _ = exchange(connection, "GET", "/v1/threads/" + "x" * 100_000)
         assert status in (400, 414) and headers.get("connection") == "close", (status, headers)

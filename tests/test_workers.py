@@ -65,7 +65,7 @@ def test_keep_alive_connections_are_spread_over_the_workers(database_url: str) -
                    for _ in range(CONNECTIONS)]
         try:
             for client in clients:
-                client.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+                client.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             for client in clients:
                 assert client.recv(4096).startswith(b"HTTP/1.1 200")
             counts = established_per_worker(server)

@@ -136,9 +136,11 @@ class Settings(BaseSettings):
         None, description="e.g. https://state.example.com; `Link` is relative when unset.")
     max_page_bytes: int = Field(4 * 1024 * 1024, ge=1024)
 
-    # Host names an open (no keys) server answers; default: loopback names only, so a web page
-    # cannot reach it through a DNS-rebinding domain. `*` allows any.
+    # Host names an open (no keys) server answers besides the loopback names, so a web page
+    # cannot reach it through a DNS-rebinding domain (app/http/posture.py). `*` allows any.
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    max_header_bytes: int = Field(
+        16_384, ge=1024, description="Largest request head (line and headers); larger: 431.")
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import stat
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
@@ -17,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
-from app.core.settings import Settings
+from app.core.settings import Settings, data_dir
 
 _LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
@@ -26,10 +28,12 @@ WRITE = "agentstate_write"
 
 def build_engine(settings: Settings) -> AsyncEngine:
     url = make_url(settings.database_url)
-    common: dict[str, Any] = {"json_serializer": dumps, "pool_pre_ping": settings.pool_pre_ping}
+    # hide_parameters: an error's message never carries the statement's values (state).
+    common: dict[str, Any] = {"json_serializer": dumps, "pool_pre_ping": settings.pool_pre_ping,
+                              "hide_parameters": True}
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
-            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(url.database).expanduser())
         engine = create_async_engine(
             url, pool_size=settings.pool_size, max_overflow=settings.max_overflow,
             pool_timeout=settings.pool_timeout, **common,
@@ -71,6 +75,20 @@ def build_engine(settings: Settings) -> AsyncEngine:
     if settings.pool_pre_ping:
         _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
+
+
+def _private_file(path: Path) -> None:
+    """Create the SQLite database file (and its directory) readable by its owner only: every
+    conversation is in it. SQLite gives its -wal and -shm files the database file's mode."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, mode=0o700)
+    if path.parent == data_dir() and stat.S_IMODE(path.parent.stat().st_mode) & 0o077:
+        path.parent.chmod(0o700)  # the embedded default's data directory, made before 0.2
+    if not path.exists():
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass  # another process made it first
 
 
 def _detect_partitions(engine: AsyncEngine, seconds: float) -> None:

@@ -74,7 +74,8 @@ async def check_schema(db: Database, settings: Settings) -> str | None:
 
 
 async def check_secrets(db: Database, box: SecretBox | None) -> None:
-    """Open one stored ciphertext: keys changed without `secrets rotate` are found now."""
+    """Open one stored ciphertext: keys changed without `secrets rotate` are found at start
+    (and said in one line) rather than by the first read of a secret."""
     from app.mcp_servers.repository import McpServerRepository
 
     async with db.read() as connection:
@@ -88,11 +89,12 @@ async def check_secrets(db: Database, box: SecretBox | None) -> None:
                     "cannot be read until AGENTSTATE_SECRET_KEYS is set")
         return
     if box.key_id_of(token) is None:
-        raise StartupError(
-            f"AGENTSTATE_SECRET_KEYS cannot decrypt the stored secrets (of {owner}): the "
-            "keys changed without `agentstate secrets rotate`; put the old key back after "
-            "the new one (AGENTSTATE_SECRET_KEYS=<new>,<old>), then run `agentstate secrets "
-            "rotate`")
+        # Said, not refused: everything but reading those secrets still works.
+        log.warning(
+            "AGENTSTATE_SECRET_KEYS cannot decrypt the stored secrets (of %s): the keys "
+            "changed without `agentstate secrets rotate`; put the old key back after the new "
+            "one (AGENTSTATE_SECRET_KEYS=<new>,<old>), then run `agentstate secrets rotate`",
+            owner)
 
 
 def banner(settings: Settings, *, revision: str | None, secrets: str, auth: str,

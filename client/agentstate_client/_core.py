@@ -133,6 +133,9 @@ class Core:
         self.retry = retry
         self.headers = {"Accept": "application/json",
                         "User-Agent": f"agentstate-client/{__version__}", **(headers or {})}
+        # `keys create` prints the token with a newline, and a file or secret keeps it; a
+        # newline in a header value is refused by httpx ("Illegal header value").
+        api_key = api_key.strip() if api_key else api_key
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
 

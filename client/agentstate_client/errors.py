@@ -23,8 +23,8 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         │                             UnknownSecret
         ├── PreconditionRequired (428)
         ├── TooManyRequests (429)
-        ├── InternalServerError (500) SecretsNotConfigured, SecretsUndecryptable
-        └── ServiceUnavailable (503)  DatabaseUnavailable, NotReady
+        ├── InternalServerError (500) SecretsUndecryptable
+        └── ServiceUnavailable (503)  DatabaseUnavailable, NotReady, SecretsNotConfigured
 
 `agentstate_client.aisuite.StateConflictError` (a subclass of aisuite's own
 `StateConflictError` when aisuite is installed) is an `AgentStateError` too.
@@ -224,12 +224,6 @@ class InternalServerError(APIError):
     status, default_code = 500, "internal_error"
 
 
-class SecretsNotConfigured(InternalServerError):
-    """The server has no AGENTSTATE_SECRET_KEYS, so it cannot store MCP secrets; an operator's
-    fix. Writes without secrets still work."""
-
-    default_code = "secrets_not_configured"
-
 
 class SecretsUndecryptable(InternalServerError):
     """Stored secrets were encrypted with a key the server no longer has; masked reads still
@@ -248,6 +242,13 @@ class DatabaseUnavailable(ServiceUnavailable):
 
 class NotReady(ServiceUnavailable):
     default_code = "not_ready"
+
+
+class SecretsNotConfigured(ServiceUnavailable):
+    """The server has no AGENTSTATE_SECRET_KEYS, so it cannot store MCP secrets; an operator's
+    fix (503 since server 0.2; 500 before). Writes without secrets still work."""
+
+    default_code = "secrets_not_configured"
 
 
 def _leaves(cls: type[APIError]) -> list[type[APIError]]:
