@@ -122,10 +122,11 @@ def key_file_path(settings: Settings) -> Path | None:
     """Where the generated key of a SQLite database lives (None: Postgres, or in memory)."""
     from sqlalchemy.engine import make_url
 
+    from app.db.engine import sqlite_file
+
     url = make_url(settings.database_url)
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    return Path(url.database).expanduser().absolute().parent / KEY_FILE
+    database = sqlite_file(url.database, url.query) if url.get_backend_name() == "sqlite" else None
+    return database.absolute().parent / KEY_FILE if database is not None else None
 
 
 def secrets_status(settings: Settings) -> str:

@@ -74,6 +74,9 @@ def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
                              "check the file system, its mount and the file's permissions"
                              if _is_sqlite(url) else f"{_where(url)} is read-only ({text}): "
                              "is it a standby? point AGENTSTATE_DATABASE_URL at the primary")
+        if _is_write_error(cause):
+            return Diagnosis("storage_error", f"{_where(url)}: cannot write ({text}): the "
+                             "disk quota or the file size limit is reached, or the disk fails")
         if isinstance(cause, sqlite3.OperationalError) and "unable to open" in text:
             return Diagnosis("database_unavailable", f"cannot open {_where(url)}: check that "
                              "its directory exists and is writable")
@@ -114,7 +117,7 @@ def _is_sqlite(url: str) -> bool:
 
 
 def _is_disk_full(cause: BaseException) -> bool:
-    if isinstance(cause, OSError) and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
         return True
     return isinstance(cause, sqlite3.Error) and (
         "disk is full" in str(cause) or getattr(cause, "sqlite_errorname", "") == "SQLITE_FULL")
@@ -126,3 +129,12 @@ def _is_read_only(cause: BaseException) -> bool:
     return isinstance(cause, sqlite3.Error) and (
         "readonly database" in str(cause)
         or str(getattr(cause, "sqlite_errorname", "")).startswith("SQLITE_READONLY"))
+
+
+def _is_write_error(cause: BaseException) -> bool:
+    """SQLite reports a full disk (ENOSPC) as SQLITE_FULL; any other failed write (EDQUOT,
+    EFBIG past RLIMIT_FSIZE, EIO) as SQLITE_IOERR_WRITE / _FSYNC."""
+    if isinstance(cause, OSError) and cause.errno in (errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return True
+    return isinstance(cause, sqlite3.Error) and str(
+        getattr(cause, "sqlite_errorname", "")) in ("SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC")

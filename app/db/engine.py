@@ -20,6 +20,7 @@ from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings, data_dir
+from app.db.diagnosis import Diagnosis
 
 _LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
@@ -32,8 +33,8 @@ def build_engine(settings: Settings) -> AsyncEngine:
     common: dict[str, Any] = {"json_serializer": dumps, "pool_pre_ping": settings.pool_pre_ping,
                               "hide_parameters": True}
     if url.get_backend_name() == "sqlite":
-        if url.database and url.database != ":memory:":
-            _private_file(Path(url.database).expanduser())
+        if sqlite_file(url.database, url.query) is not None and not url.query.get("uri"):
+            _private_file(Path(url.database or "").expanduser())
         engine = create_async_engine(
             url, pool_size=settings.pool_size, max_overflow=settings.max_overflow,
             pool_timeout=settings.pool_timeout, **common,
@@ -75,6 +76,16 @@ def build_engine(settings: Settings) -> AsyncEngine:
     if settings.pool_pre_ping:
         _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
+
+
+def sqlite_file(database: str | None, query: Any) -> Path | None:
+    """The file of a SQLite URL's database (None: in memory); `file:` URIs (`?uri=true`)
+    included."""
+    if not database or database == ":memory:" or "mode=memory" in str(query):
+        return None
+    if query.get("uri") and database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser()
 
 
 def _private_file(path: Path) -> None:
@@ -201,6 +212,13 @@ class Database:
         # sleeps and polls with growing back-off, keeps the write latency tail short; other
         # processes still queue on the busy timeout.
         self._write_lock = asyncio.Lock() if self.engine.dialect.name == "sqlite" else None
+        # A full disk or a read-only file seen by a write (app/db/diagnosis.py), reported by
+        # /readyz until a write commits again: reads alone would not notice.
+        self.storage_problem: Diagnosis | None = None
+        event.listen(self.engine.sync_engine, "commit", self._committed)
+
+    def _committed(self, _connection: Any) -> None:
+        self.storage_problem = None
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

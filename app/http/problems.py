@@ -165,6 +165,8 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
                             "written. Retry shortly.")
         elif found is not None and found.code != error.code:  # the cause, when it is known
             error.code, error.detail = found.code, found.message[:1].upper() + found.message[1:]
+        if found is not None and found.code in ("disk_full", "read_only", "storage_error"):
+            request.app.state.db.storage_problem = found  # for /readyz
         return problem_response(error, request.url.path)
 
     async def dbapi_error(request: Request, exc: Exception) -> JSONResponse:

@@ -27,6 +27,10 @@ async def check_ready(db: Database, head: str | None, retry_after: int) -> str |
         else:
             detail, cause = found.message[:1].upper() + found.message[1:] + ".", found.code
         raise NotReady(detail, headers=retry, cause=cause) from None
+    if db.storage_problem is not None:
+        found = db.storage_problem
+        raise NotReady(found.message[:1].upper() + found.message[1:] + ".", headers=retry,
+                       cause=found.code)
     if current != head:
         raise NotReady(
             f"The database schema is at {current or 'nothing'}, not {head}; "
