@@ -51,3 +51,21 @@ def test_unknown_or_bad_parameters_are_one_line(query: str, message: str) -> Non
         Settings(database_url=f"postgresql://u:pw@h/db?{query}", _env_file=None)  # type: ignore[call-arg]
     described = describe_settings_error(refused.value)
     assert described.startswith(message) and "\n" not in described and "pw" not in described
+
+
+@pytest.mark.anyio
+@pytest.mark.postgres_only(reason="a Postgres session setting")
+async def test_sessions_bound_idle_transactions(database_url: str) -> None:
+    """A stalled client cannot hold row locks longer than the setting."""
+    from sqlalchemy import text
+
+    from app.db.engine import Database
+
+    db = Database(Settings(database_url=database_url, idle_in_transaction_timeout_ms=45_000,
+                           _env_file=None))  # type: ignore[call-arg]
+    try:
+        async with db.read() as connection:
+            shown = await connection.scalar(text("SHOW idle_in_transaction_session_timeout"))
+        assert shown == "45s"
+    finally:
+        await db.dispose()
