@@ -21,6 +21,7 @@ from app.core.settings import Settings
 if TYPE_CHECKING:
     from app.core.secretbox import SecretBox
     from app.db.engine import Database
+    from app.ops.startup import StartupError
 
 T = TypeVar("T")
 
@@ -443,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     from pydantic import ValidationError
 
     from app.core.settings import describe_settings_error
-    from app.ops.startup import EXIT_FAILED, EXIT_MISCONFIGURED, StartupError
+    from app.ops.startup import EXIT_MISCONFIGURED, StartupError
 
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("AGENTSTATE_LOG_LEVEL", "").strip().upper() == "DEBUG"
@@ -465,24 +466,26 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as error:
         if debug:
             raise
-        print(f"agentstate: {_describe(error)}", file=sys.stderr)
-        return EXIT_FAILED
+        described = _describe(error)
+        print(f"agentstate: {described}", file=sys.stderr)
+        return described.exit_code
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: Exception) -> StartupError:
     """One line for an unexpected error: the database's cause when it is one."""
-    from app.db.diagnosis import diagnose
-    from app.ops.startup import database_error
+    from app.ops.startup import EXIT_FAILED, StartupError, database_error
 
     try:
         settings: Settings | None = Settings()
     except ValueError:  # pydantic's ValidationError
         settings = None
-    if settings is not None and diagnose(error, settings.database_url) is not None:
-        return str(database_error(error, settings))
+    found = database_error(error, settings) if settings is not None else None
+    if found is not None:
+        return found
     text = str(error).splitlines()[0] if str(error) else ""
-    return (f"{type(error).__name__}: {text} (run with --debug for the traceback)"
-            if text else f"{type(error).__name__} (run with --debug for the traceback)")
+    return StartupError(f"{type(error).__name__}: {text} (run with --debug for the traceback)"
+                        if text else f"{type(error).__name__} (run with --debug for the "
+                        "traceback)", EXIT_FAILED)
 
 
 if __name__ == "__main__":

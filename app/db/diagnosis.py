@@ -87,6 +87,10 @@ def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
         if isinstance(cause, socket.gaierror):
             return Diagnosis("database_unavailable", f"cannot resolve the database host "
                              f"of {_where(url)}: check {URL_SETTING}")
+        if "rejected SSL upgrade" in text:
+            return Diagnosis("database_tls_failed", f"{_where(url)} does not offer TLS, which "
+                             f"sslmode requires: set sslmode=prefer (or disable) in "
+                             f"{URL_SETTING}, or turn on ssl in Postgres")
         if isinstance(cause, ssl.SSLError | ssl.CertificateError):
             return Diagnosis("database_tls_failed", f"TLS to {_where(url)} failed: {text}: "
                              "check sslmode and sslrootcert in " + URL_SETTING)
