@@ -382,10 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--limit-concurrency", type=int, default=1000,
                        help="connections and requests at once per worker; beyond it new "
                             "ones get 503 (default: %(default)s)")
-    serve.add_argument("--http", choices=["h11", "httptools"], default="h11",
-                       help="HTTP parser: h11 (default) refuses a request head larger than "
-                            "AGENTSTATE_MAX_HEADER_BYTES while it arrives; httptools is "
-                            "faster and does not (put a proxy in front)")
+    serve.add_argument("--http", choices=["httptools", "h11"], default="httptools",
+                       help="HTTP parser (default: %(default)s, the fastest); h11 also refuses "
+                            "a request head that grows past AGENTSTATE_MAX_HEADER_BYTES while "
+                            "it arrives (docs/operations.md)")
     serve.set_defaults(func=_serve)
 
     migrate = sub.add_parser("migrate", help="upgrade the database schema (alembic upgrade)")
@@ -432,7 +432,7 @@ environment (see docs/operations.md for all):
                                database; on Postgres: none, secret writes are refused)
   AGENTSTATE_AUTO_MIGRATE      migrate at start (default: on for SQLite, off for Postgres)
   AGENTSTATE_ALLOWED_HOSTS     Host names an open server answers besides loopback ones
-  AGENTSTATE_MAX_HEADER_BYTES  largest request head; larger ones get 431 (default: 16384)
+  AGENTSTATE_MAX_HEADER_BYTES  largest request header fields; larger get 431 (default: 16384)
   AGENTSTATE_DATABASE_TIMEOUT  seconds before a silent database is answered 503 (default: 10)
   AGENTSTATE_LOG_LEVEL, AGENTSTATE_LOG_FORMAT   INFO, json (default)
 """

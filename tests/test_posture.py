@@ -186,7 +186,7 @@ def test_a_key_with_a_newline_works(tmp_path: Path) -> None:
 def test_oversized_headers_and_too_many_connections_are_refused(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path}/state.db"
     assert agentstate(url, "migrate").returncode == 0
-    with ServerProcess(url, args=("--limit-concurrency", "2")) as server:
+    with ServerProcess(url, args=("--limit-concurrency", "2", "--http", "h11")) as server:
         big = httpx.get(f"{server.base_url}/healthz", headers={"X-Big": "x" * 20_000},
                         timeout=10)
         assert big.status_code == 431, big.status_code

@@ -4,8 +4,8 @@
   names, so a web page whose domain is made to resolve to 127.0.0.1 cannot read it through
   the visitor's browser. Starlette's TrustedHostMiddleware does the matching;
   AGENTSTATE_ALLOWED_HOSTS adds names (and then applies with keys too; `*` allows any).
-- Request heads larger than AGENTSTATE_MAX_HEADER_BYTES are answered 431. uvicorn's h11
-  parser refuses a larger head that arrives in pieces; one that arrives at once reaches here.
+- Header fields larger than AGENTSTATE_MAX_HEADER_BYTES in all are answered 431. With
+  `serve --http h11` a larger head that arrives in pieces is refused by the parser first.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ class HeaderLimit:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            size = len(scope.get("raw_path") or b"") + sum(
-                len(name) + len(value) + 4 for name, value in scope["headers"])
+            # Header fields only: a long request target is the application's 414.
+            size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
             if size > self.max_bytes:
                 body = (b'{"type":"urn:agentstate:problem:headers_too_large","title":"Request '
                         b'Header Fields Too Large","status":431,"code":"headers_too_large",'
