@@ -114,7 +114,7 @@ async def test_invalid_runs_are_422_and_write_nothing(client: httpx.AsyncClient,
     for body, status in [({"source_message_ids": [], "summary": summary("x")}, 422),
                          ({"source_message_ids": ["m1"]}, 422),
                          ({"source_message_ids": ["m1"], "summary": summary("x"), "x": 1}, 422),
-                         ({"source_message_ids": ["m1"], "summary": {"role": "bot"}}, 422),
+                         ({"source_message_ids": ["m1"], "summary": {"role": "b" * 65}}, 422),
                          ({"source_message_ids": ["m1"], "summary": summary("x", id="m2")}, 409)]:
         response = await client.post(f"/v1/threads/{uid}/compactions", json=body)
         assert response.status_code == status, (body, response.text)

@@ -122,7 +122,10 @@ async def test_openai_fields_and_content_parts_round_trip_exactly(client: httpx.
     ({"messages": [{"role": "user"}, {"role": "user", "extra": 1}]}, "/messages/1/extra",
      "unknown_field"),
     ({"messages": [{"role": "user"}], "other": 1}, "/other", "unknown_field"),
-    ({"role": "robot"}, "/role", "validation_failed"),
+    # Any short name is a role (issue 16); an empty, long or control-character one is not.
+    ({"role": ""}, "/role", "validation_failed"),
+    ({"role": "r" * 65}, "/role", "validation_failed"),
+    ({"role": "robot\n"}, "/role", "validation_failed"),
     ({"content": "no role"}, "/role", "validation_failed"),
     ({"role": "user", "content": 5}, "/content", "validation_failed"),
     ({"role": "user", "content": [{"text": "no type"}]}, "/content", "validation_failed"),
@@ -213,7 +216,7 @@ async def test_reads_404(client: httpx.AsyncClient, uid: str) -> None:
     for params in ({"cursor": "junk"}, {"cursor": "WyJ0aHJlYWRzIiwxXQ"}, {"cursor": huge}):
         assert (await client.get(f"/v1/threads/{uid}/messages", params=params)).status_code == 400
     for params in ({"limit": 0}, {"limit": 1001}, {"view": "all"}, {"order": "up"},
-                   {"role": "robot"}, {"after_seq": 2**63}, {"before_seq": -1}):
+                   {"role": "r" * 65}, {"after_seq": 2**63}, {"before_seq": -1}):
         bad = await client.get(f"/v1/threads/{uid}/messages", params=params)
         assert bad.status_code == 422, params
 

@@ -404,13 +404,14 @@ async def test_import_refuses_a_line_the_api_would_refuse(
         database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
     """The line number and the field; nothing of that thread; the others go in."""
     good = thread_records(f"good-{uid}", messages=[{}, {}])
-    bad = thread_records(f"bad-{uid}", messages=[{}, {"role": "wizard"}, {}])
+    # Any short name is a role (issue 16): a 65-character one is not.
+    bad = thread_records(f"bad-{uid}", messages=[{}, {"role": "w" * 65}, {}])
     odd = thread_records(f"odd-{uid}", messages=[{"tool_call_id": "c1"}])  # a user's tool id
     text = export_text(bad, good, odd)
     code, err = await import_text(database_url, tmp_path, text)
     assert code == 1, err
-    line = line_of(text, '"role": "wizard"')
-    assert f"refused: line {line}: message.role: Input should be" in err, err
+    line = line_of(text, '"role": "' + "w" * 65 + '"')
+    assert f"refused: line {line}: message.role: at most 64 characters" in err, err
     odd_line = line_of(text, '"tool_call_id": "c1"')
     assert f"line {odd_line}: message.tool_call_id: " in err and "tool messages" in err, err
     assert "threads: 1 created, 2 refused" in err, err

@@ -44,6 +44,12 @@ class IdempotencyRepository:
     async def delete(self, row_id: int) -> None:
         await self.connection.execute(delete(k).where(k.c.id == row_id))
 
+    async def forget_thread(self, thread_pk: int) -> None:
+        """Drop a thread's stored responses: they quote messages that were just removed or
+        redacted, whose old content must not stay in the database."""
+        await self.connection.execute(
+            delete(k).where(k.c.tenant_id == self.tenant_id, k.c.thread_pk == thread_pk))
+
     async def purge_expired(self, before: datetime) -> None:
         """Lazy expiry, a bounded batch at a time, so no write ever pays for a backlog. Two
         statements, not DELETE ... IN (subquery), which Postgres may answer with a seq scan."""

@@ -81,6 +81,11 @@ class IdempotencyService:
             )
         return Replay(stored.status, stored.response)
 
+    async def forget_thread(self, thread_pk: int) -> None:
+        """After a removal or redaction: the stored responses quote the old content, so they
+        go (a retry of an earlier append is then a new append)."""
+        await self.repo.forget_thread(thread_pk)
+
     async def save(self, thread_pk: int, request: IdempotencyRequest | None, status: int,
                    body: dict[str, Any]) -> None:
         if request is None:

@@ -14,3 +14,10 @@ def refuse_taken(taken: str | None) -> None:
     if taken is not None:
         raise MessageExists(
             f"Message {taken!r} already exists in this thread; nothing was written.")
+
+
+class MessageCompacted(Conflict):
+    """A removal or redaction aimed at a message a live compaction replaced or wrote: revert
+    the compaction first, or the record would name messages that are gone."""
+
+    code, title = "message_compacted", "Message is part of a live compaction"

@@ -45,8 +45,10 @@ class Message(Base):
     tenant_id: Mapped[str] = mapped_column(Name)
     message_id: Mapped[str] = mapped_column(Name)
     position: Mapped[int] = mapped_column(BigInteger)
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[str] = mapped_column(String(64))
     content: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    # A framework's own item, opaque to agentstate: `json` keeps its text (key order) as sent.
+    item: Mapped[Any] = mapped_column(JSONType, nullable=True)
     name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     tool_calls: Mapped[Any] = mapped_column(JSONType, nullable=True)
     tool_call_id: Mapped[str | None] = mapped_column(String(255), nullable=True)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
+    delete,
     func,
     insert,
     literal,
@@ -63,7 +64,8 @@ class MessageRepository:
         return {
             "thread_pk": thread_pk, "seq": seq, "tenant_id": self.tenant_id,
             "message_id": message.id or new_id("msg"), "position": position,
-            "role": message.role, "content": message.content, "name": message.name,
+            "role": message.role, "content": message.content, "item": message.item,
+            "name": message.name,
             "tool_calls": message.tool_calls, "tool_call_id": message.tool_call_id,
             "agent_name": message.agent_name, "metadata": message.metadata,
             "created_at": now, "status": "live", "compacted_by": None,
@@ -93,7 +95,7 @@ class MessageRepository:
 
     async def page(self, thread_pk: int, *, live: bool, descending: bool, lower: Key | None,
                    upper: Key | None, role: str | None, agent_name: str | None,
-                   limit: int) -> list[AnyRow]:
+                   limit: int, created_after: datetime | None = None) -> list[AnyRow]:
         """One page of a view in (position, seq) order, strictly between two keys.
 
         Every bound is a (position, seq) row value, so both backends seek the index to it
@@ -110,11 +112,26 @@ class MessageRepository:
             stmt = stmt.where(m.c.role == role)
         if agent_name is not None:
             stmt = stmt.where(m.c.agent_name == agent_name)
+        if created_after is not None:
+            stmt = stmt.where(m.c.created_at > created_after)
         if descending:
             stmt = stmt.order_by(m.c.position.desc(), m.c.seq.desc())
         else:
             stmt = stmt.order_by(m.c.position, m.c.seq)
         return list((await self.connection.execute(stmt.limit(limit))).all())
+
+    async def remove(self, thread_pk: int, seqs: Sequence[int]) -> None:
+        """Delete the rows: their content is gone from the table, their seqs stay unused."""
+        await self.connection.execute(
+            delete(m).where(self._thread(thread_pk), m.c.seq.in_(seqs)))
+
+    async def replace(self, thread_pk: int, seq: int, values: dict[str, Any]) -> AnyRow:
+        """Overwrite members of one message in place (a redaction); the row as now stored."""
+        row = (await self.connection.execute(
+            update(m).where(self._thread(thread_pk), m.c.seq == seq).values(**values)
+            .returning(*m.c))).first()
+        assert row is not None  # the caller found it under the thread's lock
+        return row
 
     async def by_ids(self, thread_pk: int, ids: Sequence[str]) -> list[AnyRow]:
         """The thread's messages among `ids`, in view order."""

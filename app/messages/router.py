@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
@@ -12,10 +13,19 @@ from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, linked
 from app.http.params import MessageId, ThreadId
-from app.http.preconditions import ThreadIfMatch
+from app.http.preconditions import ThreadIfMatch, with_etag
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
-from app.messages.schemas import AppendOut, MessageBatch, MessageIn, MessageOut, Role
+from app.messages.schemas import (
+    ROLE_MAX,
+    AppendOut,
+    MessageBatch,
+    MessageIn,
+    MessageOut,
+    MessageRedaction,
+    MessageRemoval,
+    RemoveOut,
+)
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
@@ -79,12 +89,15 @@ async def list_messages(
                                            description="Only position > after_seq.")] = None,
     before_seq: Annotated[int | None, Query(ge=0, le=ABOVE_ANY_SEQ,
                                             description="Only position < before_seq.")] = None,
-    role: Role | None = None,
+    role: Annotated[str | None, Query(min_length=1, max_length=ROLE_MAX)] = None,
     agent_name: str | None = None,
+    created_after: Annotated[datetime | None, Query(
+        description="Only messages stored after this RFC 3339 timestamp.")] = None,
 ) -> Page[MessageOut]:
     page = await MessageService(uow, settings).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,
-        before_seq=before_seq, role=role, agent_name=agent_name, limit=limit,
+        before_seq=before_seq, role=role, agent_name=agent_name,
+        created_after=created_after, limit=limit,
     )
     return linked(request, response, page)
 
@@ -93,3 +106,36 @@ async def list_messages(
 async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,
                       settings: SettingsDep) -> MessageOut:
     return await MessageService(uow, settings).get(thread_id, message_id)
+
+
+@router.post("/remove", response_model=RemoveOut, responses=responses(404, 409, 410, 412),
+             summary="Remove messages: by id, the last n, or a range (trim)")
+async def remove_messages(thread_id: ThreadId, body: MessageRemoval, response: Response,
+                          uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
+    """Deletes the messages named (their content leaves the database) as one new thread
+    revision, and answers them. 409 `message_compacted` for a message a live compaction
+    replaced or wrote; nothing is removed then. Removing nothing takes no revision."""
+    removed = await MessageService(uow, settings).remove(thread_id, body, pre)
+    return with_etag(response, removed, removed.thread_revision)
+
+
+@router.delete("/{message_id}", response_model=RemoveOut,
+               responses=responses(404, 409, 410, 412), summary="Remove one message")
+async def delete_message(thread_id: ThreadId, message_id: MessageId, response: Response,
+                         uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
+    """As `POST .../remove` with `{"ids": [message_id]}`."""
+    removed = await MessageService(uow, settings).remove(
+        thread_id, MessageRemoval(ids=[message_id]), pre)
+    return with_etag(response, removed, removed.thread_revision)
+
+
+@router.patch("/{message_id}", responses=responses(404, 409, 410, 412),
+              summary="Redact a message: replace its content, item or metadata")
+async def redact_message(thread_id: ThreadId, message_id: MessageId,
+                         body: Annotated[MessageRedaction, Body()], response: Response,
+                         uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> MessageOut:
+    """The members sent overwrite the stored ones in place (the old values are not kept),
+    as one new thread revision (`ETag`); event `message.redacted`."""
+    message, revision = await MessageService(uow, settings).redact(thread_id, message_id,
+                                                                  body, pre)
+    return with_etag(response, message, revision)

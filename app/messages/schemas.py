@@ -18,7 +18,12 @@ from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 from app.core.settings import Settings
 from app.messages.errors import MessageExists
 
-Role = Literal["system", "user", "assistant", "tool", "developer"]
+# The roles the API knows (and checks content, tool_calls and tool_call_id against).
+KnownRole = Literal["system", "user", "assistant", "tool", "developer"]
+KNOWN_ROLES = frozenset(("system", "user", "assistant", "tool", "developer"))
+# Any short name: frameworks bring their own (ADK's `model`, free-form agent roles).
+Role = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f]+$")]
+ROLE_MAX = 64
 # Pages of both views are keyset-paged on (position, seq); the cursor carries that pair.
 MESSAGE_CURSOR = "messages"
 Status = Literal["live", "compacted", "reverted"]
@@ -57,10 +62,12 @@ def _objects_with_strings(value: Any, what: str, keys: tuple[str, ...]) -> list[
 
 # Plain validators keep the client's objects untouched (a model would reorder or coerce
 # them) and put any error on the member itself (`/content`), not on a union branch.
-def _content(value: Any) -> str | list[dict[str, Any]] | None:
+def _content(value: Any, info: ValidationInfo) -> str | list[dict[str, Any]] | None:
     if value is None or isinstance(value, str):
         return value
-    return _objects_with_strings(value, "content parts", ("type",))
+    # Parts of a known role's content carry a `type`; other roles' parts are any objects.
+    known = info.data.get("role") in KNOWN_ROLES
+    return _objects_with_strings(value, "content parts", ("type",) if known else ())
 
 
 def _tool_calls(value: Any, info: ValidationInfo) -> list[dict[str, Any]] | None:
@@ -98,7 +105,12 @@ class MessageIn(Strict):
     id: Name | None = Field(None, description="Omit to get a server-generated `msg_...` id.")
     role: Role
     content: Content = Field(
-        None, description="A string, an array of content parts (objects with a `type`), or null."
+        None, description="A string, an array of content parts (objects; with a `type` for the "
+        "known roles), or null.",
+    )
+    item: Any = Field(
+        None, description="Any JSON value, stored verbatim and read back with the same keys in "
+        "the same order (a framework's own item: a Responses API item, an ADK event).",
     )
     name: ShortText | None = None
     tool_calls: ToolCalls = Field(None, description="Assistant messages only.")
@@ -132,7 +144,7 @@ def check_batch(messages: list[MessageIn], settings: Settings, pointer: str) -> 
 
 
 # Omitted from a message when absent, so a message reads back with the members it was sent with.
-_OPTIONAL = ("name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
+_OPTIONAL = ("item", "name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
 
 
 def messages_path(thread_id: str) -> str:
@@ -145,10 +157,12 @@ def page_key(row: Any) -> list[int]:
 
 class MessageOut(RowModel):
     id: str
-    seq: int = Field(description="Append order in the thread: 1, 2, 3, ... without gaps.")
+    seq: int = Field(description="Append order in the thread: unique, increasing, never reused "
+                     "(handed out without gaps; removed messages leave theirs unused).")
     position: int = Field(description="Views sort by (position, seq).")
-    role: Role
+    role: str
     content: str | list[dict[str, Any]] | None
+    item: Any = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -166,7 +180,7 @@ class MessageOut(RowModel):
         compacted = row.status == "compacted"
         return cls(
             id=row.message_id, seq=row.seq, position=row.position, role=row.role,
-            content=row.content, name=row.name, tool_calls=row.tool_calls,
+            content=row.content, item=row.item, name=row.name, tool_calls=row.tool_calls,
             tool_call_id=row.tool_call_id, agent_name=row.agent_name, metadata=row.metadata,
             created_at=row.created_at, status=row.status,
             compaction_id=row.compacted_by if compacted else row.summary_of,
@@ -183,4 +197,31 @@ class MessageOut(RowModel):
 
 class AppendOut(BaseModel):
     data: list[MessageOut]
+    thread_revision: int
+
+
+class MessageRedaction(Strict):
+    """PATCH of one message: the members sent replace the stored ones (the old values are
+    overwritten in the database, not kept aside). `id`, `role`, `seq` and times never change."""
+
+    content: Content = Field(None, description="The new content (checked as on append).")
+    item: Any = Field(None, description="The new item; null removes it.")
+    metadata: JsonObject | None = Field(None, description="The new metadata; null: empty.")
+
+
+class MessageRemoval(Strict):
+    """Which messages `POST .../messages/remove` deletes: `ids`, or the last `last` of the
+    live view, or those whose position lies after `after_seq` and/or before `before_seq`."""
+
+    ids: list[Name] | None = Field(None, min_length=1, max_length=1000)
+    last: Annotated[int, Field(ge=1, le=1000)] | None = Field(
+        None, description="The last n messages of the live view (pop).")
+    after_seq: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Remove every message whose position is above it.")
+    before_seq: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Remove every message whose position is below it.")
+
+
+class RemoveOut(BaseModel):
+    data: list[MessageOut] = Field(description="The removed messages, in view order.")
     thread_revision: int

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Literal
 
-from app.core.errors import NotFound
+from pydantic import ValidationError
+
+from app.core.errors import NotFound, RevisionMismatch, Unprocessable
+from app.core.limits import check_metadata
 from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
 from app.core.revisions import Preconditions
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
-from app.messages.errors import refuse_taken
+from app.db.base import AnyRow
+from app.messages.errors import MessageCompacted, refuse_taken
 from app.messages.repository import MessageRepository
 from app.messages.schemas import (
     MESSAGE_CURSOR,
     AppendOut,
     MessageIn,
     MessageOut,
+    MessageRedaction,
+    MessageRemoval,
+    RemoveOut,
     check_batch,
     messages_path,
     page_key,
@@ -26,6 +35,8 @@ from app.threads.aggregate import ThreadAggregate
 
 View = Literal["live", "full"]
 ABOVE_ANY_SEQ = 2**62
+# Messages one removal request may take (a longer trim is several requests).
+MAX_REMOVE = 1000
 Order = Literal["asc", "desc"]
 
 
@@ -61,7 +72,8 @@ class MessageService:
     async def list(self, thread_id: str, *, view: View = "live", order: Order = "asc",
                    cursor: str | None = None, after_seq: int | None = None,
                    before_seq: int | None = None, role: str | None = None,
-                   agent_name: str | None = None, limit: int) -> Page[MessageOut]:
+                   agent_name: str | None = None, created_after: datetime | None = None,
+                   limit: int) -> Page[MessageOut]:
         thread_pk = await self.threads.live_pk(thread_id)
         after = decode_cursor(MESSAGE_CURSOR, cursor, 2)
         if after is not None and not all(
@@ -81,6 +93,7 @@ class MessageService:
         rows = await self.repo.page(
             thread_pk, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
+            created_after=created_after,
         )
         return split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
                           max_bytes=self.settings.max_page_bytes)
@@ -90,3 +103,100 @@ class MessageService:
         if row is None:
             raise NotFound(f"Message {message_id!r} does not exist in thread {thread_id!r}.")
         return MessageOut.from_row(row)
+
+    # --- removal and redaction -----------------------------------------------------------
+
+    async def _selected(self, thread_pk: int, body: MessageRemoval) -> Sequence[AnyRow]:
+        """The messages `body` names, in view order (404 for an id the thread lacks, 422 for
+        a range of more than MAX_REMOVE)."""
+        if body.ids is not None:
+            rows = await self.repo.by_ids(thread_pk, body.ids)
+            found = {row.message_id for row in rows}
+            missing = next((mid for mid in body.ids if mid not in found), None)
+            if missing is not None:
+                raise NotFound(f"Message {missing!r} does not exist in this thread; nothing "
+                               "was removed.")
+            return rows
+        if body.last is not None:
+            rows = await self.repo.page(thread_pk, live=True, descending=True, lower=None,
+                                        upper=None, role=None, agent_name=None, limit=body.last)
+            return rows[::-1]
+        lower = (body.after_seq, ABOVE_ANY_SEQ) if body.after_seq is not None else None
+        upper = (body.before_seq, 0) if body.before_seq is not None else None
+        rows = await self.repo.page(thread_pk, live=False, descending=False, lower=lower,
+                                    upper=upper, role=None, agent_name=None,
+                                    limit=MAX_REMOVE + 1)
+        if len(rows) > MAX_REMOVE:
+            raise Unprocessable(
+                f"A removal takes at most {MAX_REMOVE} messages; narrow the range and repeat.",
+                errors=[{"pointer": "", "code": "too_many_messages",
+                         "message": f"more than {MAX_REMOVE} messages in the range"}])
+        return rows
+
+    @staticmethod
+    def _refuse_compacted(rows: Sequence[AnyRow]) -> None:
+        for row in rows:
+            if row.status == "compacted" or (row.status == "live" and row.summary_of):
+                raise MessageCompacted(
+                    f"Message {row.message_id!r} is part of compaction "
+                    f"{row.compacted_by or row.summary_of!r}; revert it first. Nothing was "
+                    "changed.")
+
+    async def remove(self, thread_id: str, body: MessageRemoval,
+                     pre: Preconditions) -> RemoveOut:
+        """Delete messages (their content leaves the database; their seqs are never handed
+        out again) as one revision of the thread. Removing nothing changes nothing."""
+        chosen = [name for name in ("ids", "last") if getattr(body, name) is not None]
+        ranged = body.after_seq is not None or body.before_seq is not None
+        if len(chosen) + ranged != 1:
+            raise Unprocessable(
+                "Name the messages to remove by exactly one of: ids, last, or after_seq and/or "
+                "before_seq.", errors=[{"pointer": "", "code": "one_selector",
+                                        "message": "exactly one selector"}])
+        thread_pk = await self.threads.write_target(thread_id, pre)
+        if not await self._selected(thread_pk, body):
+            current = (await self.threads.live(thread_id)).revision
+            expected = pre.expected_revisions()
+            if expected is not None and current not in expected:
+                raise RevisionMismatch(current)
+            return RemoveOut(data=[], thread_revision=current)
+        row = await self.threads.advance(thread_id, pre)
+        rows = await self._selected(row.id, body)  # again, under the row's lock
+        self._refuse_compacted(rows)
+        await self.repo.remove(row.id, [r.seq for r in rows])
+        await IdempotencyService(self.uow, self.settings, "messages").forget_thread(row.id)
+        await self.threads.add_live(row, -sum(r.status == "live" for r in rows))
+        self.uow.record("message.removed", messages_path(thread_id), revision=row.revision,
+                        thread_id=thread_id)
+        return RemoveOut(data=[MessageOut.from_row(r) for r in rows],
+                         thread_revision=row.revision)
+
+    async def redact(self, thread_id: str, message_id: str, body: MessageRedaction,
+                     pre: Preconditions) -> tuple[MessageOut, int]:
+        """Overwrite members of one message in place, as one revision of the thread."""
+        sent = body.model_fields_set
+        if "metadata" in sent and body.metadata is not None:
+            check_metadata(body.metadata, self.settings)
+        row = await self.threads.advance(thread_id, pre)
+        message = await self.repo.get(row.id, message_id)
+        if message is None:
+            raise NotFound(f"Message {message_id!r} does not exist in thread {thread_id!r}.")
+        self._refuse_compacted([message])
+        values: dict[str, Any] = {}
+        if "content" in sent:
+            try:  # the content rules of the message's role
+                MessageIn.model_validate({"role": message.role, "content": body.content})
+            except ValidationError as exc:
+                raise Unprocessable("content breaks the rules of the message's role.", errors=[
+                    {"pointer": "/content", "code": "invalid_content",
+                     "message": exc.errors()[0]["msg"]}]) from None
+            values["content"] = body.content
+        if "item" in sent:
+            values["item"] = body.item
+        if "metadata" in sent:
+            values["metadata"] = body.metadata or {}
+        stored = await self.repo.replace(row.id, message.seq, values) if values else message
+        await IdempotencyService(self.uow, self.settings, "messages").forget_thread(row.id)
+        self.uow.record("message.redacted", f"{messages_path(thread_id)}/{message_id}",
+                        revision=row.revision, thread_id=thread_id)
+        return MessageOut.from_row(stored), row.revision

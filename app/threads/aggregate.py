@@ -125,6 +125,12 @@ class ThreadAggregate:
             return await self._keep(row) if values else row
         await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
 
+    async def add_live(self, row: AnyRow, delta: int) -> None:
+        """Correct the live-message count of a thread `advance` just gave `row` (whose lock
+        this transaction holds) by `delta`."""
+        if delta:
+            await self.repo.add_live(row.id, delta)
+
     async def refuse(self, thread_id: str, *, if_match_sent: bool = True) -> NoReturn:
         """Explain why a conditional write to the thread touched no row: gone (410), missing
         (404, when no If-Match named a revision) or a lost race (412)."""

@@ -28,6 +28,8 @@ class Thread(Base):
         UniqueConstraint("tenant_id", "thread_id"),
         # Keyset listing, newest created first.
         Index("ix_threads_tenant_id_created_at_thread_id", "tenant_id", "created_at", "thread_id"),
+        # Keyset listing by activity (`?order_by=updated_at`).
+        Index("ix_threads_tenant_id_updated_at_thread_id", "tenant_id", "updated_at", "thread_id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)

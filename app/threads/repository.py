@@ -154,6 +154,13 @@ class ThreadRepository:
             update(t).where(t.c.tenant_id == self.tenant_id, t.c.id == thread_pk)
             .values(last_seq=last_seq, message_count=message_count))
 
+    async def add_live(self, thread_pk: int, delta: int) -> None:
+        """Add `delta` to the live-message count of a thread this transaction has advanced
+        (removals learn how many live messages they took under the row's lock)."""
+        await self.connection.execute(
+            update(t).where(t.c.tenant_id == self.tenant_id, t.c.id == thread_pk)
+            .values(message_count=t.c.message_count + delta))
+
     async def advance(self, thread_id: str, *, values: dict[str, Any] | None = None,
                       expected: Collection[int] | None = None, seqs: int = 0,
                       live_delta: int = 0, returning: Returning = "all") -> AnyRow | None:
@@ -223,19 +230,19 @@ class ThreadRepository:
         return revision + 1
 
     async def page(self, *, limit: int, after: tuple[datetime, str] | None,
-                   metadata: dict[str, Any] | None,
-                   updated_after: datetime | None) -> list[AnyRow]:
-        """Live threads, newest created first, keyset-paged on (created_at, thread_id)."""
+                   metadata: dict[str, Any] | None, updated_after: datetime | None,
+                   order_by: Literal["created_at", "updated_at"] = "created_at") -> list[AnyRow]:
+        """Live threads, newest first by `order_by`, keyset-paged on (that time, thread_id)."""
         stmt = select(t).where(t.c.tenant_id == self.tenant_id, t.c.deleted_at.is_(None))
         if metadata:
             stmt = stmt.where(json_contains(self.connection, t.c.metadata, metadata))
         if updated_after is not None:
             stmt = stmt.where(t.c.updated_at > updated_after)
+        at = t.c[order_by]
         if after is not None:
-            created, thread_id = after
+            moment, thread_id = after
             stmt = stmt.where(
-                or_(t.c.created_at < created,
-                    and_(t.c.created_at == created, t.c.thread_id < thread_id))
+                or_(at < moment, and_(at == moment, t.c.thread_id < thread_id))
             )
-        stmt = stmt.order_by(t.c.created_at.desc(), t.c.thread_id.desc()).limit(limit)
+        stmt = stmt.order_by(at.desc(), t.c.thread_id.desc()).limit(limit)
         return list((await self.connection.execute(stmt)).all())

@@ -38,17 +38,19 @@ async def create_thread(body: ThreadCreate, response: Response, uow: Writer,
     return with_etag(response, thread, thread.revision)
 
 
-@router.get("", responses=responses(), summary="List threads, newest first")
+@router.get("", responses=responses(), summary="List threads, newest first (created or updated)")
 async def list_threads(
     request: Request, response: Response, uow: Reader, settings: SettingsDep,
     limit: Limit = 20, cursor: Cursor = None,
     metadata: Annotated[str | None, Query(description="JSON object; containment (@>).")] = None,
     updated_after: Annotated[AwareTimestamp | None, Query(
         description="RFC 3339 timestamp with an offset (Z or +hh:mm); none is 422.")] = None,
+    order_by: Annotated[Literal["created_at", "updated_at"], Query(
+        description="Newest first by creation (default) or by last change.")] = "created_at",
 ) -> Page[ThreadOut]:
     page = await ThreadService(uow, settings).list(
         limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata, settings.max_json_depth),
-        updated_after=updated_after,
+        updated_after=updated_after, order_by=order_by,
     )
     return linked(request, response, page)
 

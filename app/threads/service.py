@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from app.agent_states.repository import AgentStateRepository
 from app.compactions.repository import CompactionRepository
@@ -171,16 +171,20 @@ class ThreadService:
         await self.threads.delete(thread_id, pre)
 
     async def list(self, *, limit: int, cursor: str | None, metadata: dict[str, Any] | None,
-                   updated_after: datetime | None) -> Page[ThreadOut]:
-        after = decode_cursor(CURSOR, cursor, 2)
+                   updated_after: datetime | None,
+                   order_by: Literal["created_at", "updated_at"] = "created_at"
+                   ) -> Page[ThreadOut]:
+        # Each order has its own cursor kind: a cursor of one is refused by the other.
+        kind = CURSOR if order_by == "created_at" else f"{CURSOR}_by_{order_by}"
+        after = decode_cursor(kind, cursor, 2)
         try:
             key = (parse_timestamp(after[0]), str(after[1])) if after else None
         except (TypeError, ValueError):
             raise bad_cursor() from None
         rows = await self.repo.page(limit=limit + 1, after=key, metadata=metadata,
-                                    updated_after=updated_after)
-        return split_page(CURSOR, rows, limit,
-                          lambda row: [row.created_at.isoformat(), row.thread_id],
+                                    updated_after=updated_after, order_by=order_by)
+        return split_page(kind, rows, limit,
+                          lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
                           ThreadOut.from_row, max_bytes=self.settings.max_page_bytes)
 
     async def revisions(self, thread_id: str, *, limit: int,

@@ -36,6 +36,7 @@ from agentstate_client.models import (
     McpServer,
     Message,
     Page,
+    RemoveResult,
     Thread,
 )
 
@@ -159,10 +160,14 @@ class _Api:
     @operation
     def list_threads(self, *, metadata: JsonObject | None = None,
                      updated_after: datetime | str | None = None, limit: int | None = None,
-                     cursor: str | None = None) -> Op[Page[Thread]]:
-        """One page of threads, newest created first; `metadata` filters by JSON containment."""
+                     cursor: str | None = None,
+                     order_by: Literal["created_at", "updated_at"] | None = None
+                     ) -> Op[Page[Thread]]:
+        """One page of threads, newest first by creation (or by last change, with
+        `order_by="updated_at"`); `metadata` filters by JSON containment."""
         params = drop_none(metadata=json.dumps(metadata) if metadata is not None else None,
-                           updated_after=_timestamp(updated_after), limit=limit, cursor=cursor)
+                           updated_after=_timestamp(updated_after), limit=limit, cursor=cursor,
+                           order_by=order_by)
         return _page(Thread, (yield from self._core.json(Request("GET", "/v1/threads",
                                                                  params=params))))
 
@@ -260,15 +265,47 @@ class _Api:
                       order: Literal["asc", "desc"] | None = None,
                       after_seq: int | None = None, before_seq: int | None = None,
                       agent_name: str | None = None, role: str | None = None,
-                      limit: int | None = None, cursor: str | None = None) -> Op[Page[Message]]:
+                      limit: int | None = None, cursor: str | None = None,
+                      created_after: datetime | str | None = None) -> Op[Page[Message]]:
         """One page of a thread's messages in order (`limit` up to 1000). `view="full"` also
-        shows compacted messages and reverted summaries."""
+        shows compacted messages and reverted summaries; `created_after` keeps those stored
+        after that time."""
         params = drop_none(view=view, order=order, after_seq=after_seq, before_seq=before_seq,
-                           agent_name=agent_name, role=role, limit=limit, cursor=cursor)
+                           agent_name=agent_name, role=role, limit=limit, cursor=cursor,
+                           created_after=_timestamp(created_after))
         return _page(Message, (yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/messages", params=params))))
 
     iter_messages = paginated(list_messages)
+
+    @operation
+    def remove_messages(self, thread_id: str, *, ids: Sequence[str] | None = None,
+                        last: int | None = None, after_seq: int | None = None,
+                        before_seq: int | None = None,
+                        if_match: ETagValue | None = None) -> Op[RemoveResult]:
+        """Delete messages, named by exactly one of: `ids`, the `last` n of the live view
+        (a pop), or a range of positions (`after_seq` and/or `before_seq`: a trim). Their
+        content leaves the server; their seqs are never handed out again. One revision;
+        removing nothing takes none. Raises `MessageCompacted` for a message a live
+        compaction covers, `NotFound` for an id the thread lacks."""
+        body = drop_none(ids=list(ids) if ids is not None else None, last=last,
+                         after_seq=after_seq, before_seq=before_seq)
+        return RemoveResult.from_json((yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/messages/remove", json=body,
+            headers=_conditions(if_match)))))
+
+    @operation
+    def redact_message(self, thread_id: str, message_id: str, *,
+                       content: str | list[Any] | None = None, item: Any = None,
+                       metadata: JsonObject | None = None,
+                       fields: Sequence[str] = ("content",),
+                       if_match: ETagValue | None = None) -> Op[Message]:
+        """Overwrite `fields` of a message (any of `content`, `item`, `metadata`) in place:
+        the old values are gone from the server. One revision of the thread."""
+        values = {"content": content, "item": item, "metadata": metadata}
+        return Message.from_json((yield from self._core.json(Request(
+            "PATCH", f"{_thread_path(thread_id)}/messages/{segment(message_id)}",
+            json={name: values[name] for name in fields}, headers=_conditions(if_match)))))
 
     @operation
     def get_message(self, thread_id: str, message_id: str) -> Op[Message]:

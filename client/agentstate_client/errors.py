@@ -13,7 +13,7 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── Forbidden (403)
         ├── NotFound (404)
         ├── Conflict (409)            ThreadExists, MessageExists, IdempotencyInFlight,
-        │                             CompactionCovered
+        │                             CompactionCovered, MessageCompacted
         ├── Gone (410)                ThreadDeleted
         ├── PreconditionFailed (412)  RevisionMismatch, AlreadyExists  (`current_revision`)
         ├── PayloadTooLarge (413)
@@ -40,7 +40,7 @@ __all__ = [
     "APIConnectionError", "APIError", "APITimeoutError", "AgentStateError", "AlreadyExists",
     "BadRequest", "CompactionCovered", "CompactionNotContiguous", "Conflict",
     "DatabaseUnavailable", "Forbidden", "Gone", "IdempotencyInFlight", "IdempotencyKeyReused",
-    "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageExists",
+    "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageCompacted", "MessageExists",
     "MessageNotFound", "MessageNotLive", "NotFound", "NotReady", "PayloadTooLarge",
     "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "SecretsNotConfigured",
     "SecretsUndecryptable", "ServiceUnavailable", "ThreadDeleted", "ThreadExists",
@@ -137,6 +137,12 @@ class IdempotencyInFlight(Conflict):
 
 class CompactionCovered(Conflict):
     default_code = "compaction_covered"
+
+
+class MessageCompacted(Conflict):
+    """A removal or redaction of a message that a live compaction replaced or wrote."""
+
+    default_code = "message_compacted"
 
 
 class Gone(APIError):

@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
     "AgentState", "AppendResult", "Compaction", "Event", "JsonObject", "McpServer", "Message",
-    "Page", "Thread",
+    "Page", "RemoveResult", "Thread",
 ]
 
 JsonObject = dict[str, Any]
@@ -59,7 +59,7 @@ class Message(_Model):
     id: str
     seq: int
     position: int
-    role: Role
+    role: str
     content: str | list[Any] | None
     created_at: datetime
     status: Literal["live", "compacted", "reverted"] = "live"
@@ -69,6 +69,7 @@ class Message(_Model):
     agent_name: str | None = None
     metadata: JsonObject = field(default_factory=dict)
     compaction_id: str | None = None
+    item: Any = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,19 @@ class AppendResult(_Model):
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> AppendResult:
+        return cls(data=[Message.from_json(m) for m in data["data"]],
+                   thread_revision=data["thread_revision"])
+
+
+@dataclass(frozen=True)
+class RemoveResult(_Model):
+    """What a removal deleted (the messages as they were) and the thread's new revision."""
+
+    data: list[Message]
+    thread_revision: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RemoveResult:
         return cls(data=[Message.from_json(m) for m in data["data"]],
                    thread_revision=data["thread_revision"])
 
