@@ -1,0 +1,135 @@
+"""OpenAI Agents SDK drop-in: `AgentStateSession` implements the SDK's `Session` protocol.
+
+    from agentstate_client.openai_agents import AgentStateSession
+
+    session = AgentStateSession("user-42", base_url="http://127.0.0.1:8080")
+    result = await Runner.run(agent, "Hi", session=session)   # instead of SQLiteSession(...)
+
+How a session is kept:
+- the thread `encode_id(session_id)` (`agentstate_client.ids`, the same mapping as every
+  adapter), created by the first `add_items`;
+- each item is one message whose `item` is the SDK's item, stored verbatim (same keys, same
+  order) and returned as it was given; its `role` is the item's `role` (`user`,
+  `assistant`, ...) or, for items without one, its `type` (`function_call`, `reasoning`, ...),
+  so the thread reads sensibly in agentstate's own tools;
+- `get_items(limit)` reads the last `limit` items (all of them with `None`, or with the
+  session's `SessionSettings.limit`); `pop_item` is one request that removes the newest item
+  and answers it, so two concurrent pops never return the same item; `clear_session` removes
+  every item and keeps the (empty) thread, so the session can be used again at once.
+
+Items go in batches of 100 per request (the server's default limit): `add_items` of more is
+several appends, each retried safely with its own Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentstate_client._async import AsyncAgentStateClient
+from agentstate_client.errors import NotFound
+from agentstate_client.ids import encode_id
+
+if TYPE_CHECKING:
+    from agents.memory.session_settings import SessionSettings  # type: ignore[import-not-found, unused-ignore]
+
+__all__ = ["AgentStateSession"]
+
+PAGE = 1000  # messages per read, the server's maximum
+BATCH = 100  # messages per append, the server's default limit
+ROLE_MAX = 64
+
+
+def _role(item: Any) -> str:
+    """The message role an item is stored under: its `role`, else its `type`."""
+    if isinstance(item, dict):
+        for key in ("role", "type"):
+            value = item.get(key)
+            if isinstance(value, str) and value and value.isprintable():
+                return value[:ROLE_MAX]
+    return "item"
+
+
+class AgentStateSession:
+    """The openai-agents `Session` protocol on an agentstate thread (see the module docstring).
+
+    Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
+    `$AGENTSTATE_API_KEY`) for a client the session owns and closes in `close()`.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(self, session_id: str, *, base_url: str | None = None,
+                 api_key: str | None = None, client: AsyncAgentStateClient | None = None,
+                 session_settings: SessionSettings | None = None) -> None:
+        self.session_id = session_id
+        self.thread_id = encode_id(session_id)
+        self._owns_client = client is None
+        self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
+        if session_settings is None:
+            try:
+                from agents.memory.session_settings import SessionSettings
+            except ImportError:  # the protocol works without the SDK installed
+                session_settings = None
+            else:
+                session_settings = SessionSettings()
+        self.session_settings = session_settings
+
+    async def close(self) -> None:
+        """Close the client if the session created it."""
+        if self._owns_client:
+            await self.client.aclose()
+
+    async def __aenter__(self) -> AgentStateSession:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _limit(self, limit: int | None) -> int | None:
+        if limit is not None:
+            return limit
+        settings = self.session_settings
+        return getattr(settings, "limit", None) if settings is not None else None
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The session's items, oldest first; with `limit`, the newest `limit` of them."""
+        limit = self._limit(limit)
+        if limit == 0:
+            return []
+        items: list[Any] = []
+        try:
+            if limit is None or limit < 0:  # SQLiteSession reads a negative limit as none
+                async for message in self.client.iter_messages(self.thread_id, limit=PAGE):
+                    items.append(message.item)
+                return items
+            async for message in self.client.iter_messages(self.thread_id, order="desc",
+                                                           limit=min(limit, PAGE)):
+                items.append(message.item)
+                if len(items) == limit:
+                    break
+        except NotFound:
+            return []
+        return items[::-1]
+
+    async def add_items(self, items: Sequence[Any]) -> None:
+        """Append `items` in order (nothing for an empty list)."""
+        messages = [{"role": _role(item), "content": None, "item": item} for item in items]
+        for start in range(0, len(messages), BATCH):
+            await self.client.append_messages(self.thread_id, messages[start:start + BATCH])
+
+    async def pop_item(self) -> Any | None:
+        """Remove the newest item and return it; None if the session is empty."""
+        try:
+            removed = await self.client.remove_messages(self.thread_id, last=1)
+        except NotFound:
+            return None
+        return removed.data[0].item if removed.data else None
+
+    async def clear_session(self) -> None:
+        """Remove every item; the session stays usable."""
+        try:
+            while (await self.client.remove_messages(self.thread_id, after_seq=0)).data:
+                pass
+        except NotFound:
+            pass
