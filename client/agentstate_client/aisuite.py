@@ -23,18 +23,25 @@ deliberate difference: after `delete_state`, the next save continues after the d
 thread's revision instead of restarting at 1, so a revision read before the delete can never
 match the new thread.
 
-The history is append-only: a save whose `messages` has fewer messages than the thread, or
-(with `revision=None`) whose messages no longer end like the stored ones (another writer
-appended or compacted), is refused instead of losing or duplicating messages. Shorten a
-conversation with a compaction (`AgentStateClient.create_compaction`): the next load shows the
-summary in place of the compacted run. A save with more than 100 new messages (an imported
-conversation) sends the leading ones as conditional appends first, so its revision goes up by
-more than one.
+The stored log follows `state.messages` as aisuite's own stores do: a save appends what is
+new, redacts in place an earlier message whose content or extra members changed (the old
+text is gone from the server, not hidden), and removes messages the state no longer has (a
+trimmed history), re-appending from the first message whose role or tool fields changed.
+`revision=None` overwrites whatever is stored, messages others appended included, as in
+aisuite. A save that only appends is one request and one revision; one that edits or trims
+takes one revision per request it needs, and so does a save with more than 100 new messages
+(an imported conversation), whose leading ones go ahead as conditional appends. A message
+under a live compaction (its summary shows in `load_state`) cannot be edited or dropped:
+revert the compaction first (`MessageCompacted`). The store keeps a copy of each thread's
+messages as it last saved or loaded them, to see what changed.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentstate_client._sync import AgentStateClient
@@ -58,6 +65,9 @@ META_KEY = "aisuite"
 FIELDS = ("name", "tool_calls", "tool_call_id")
 PAGE = 1000
 BATCH = 100  # messages per request, the server's default limit
+REMOVE = 1000  # messages per removal request, the server's limit
+# What a redaction may change; a difference anywhere else re-appends from that message.
+REDACTABLE = ("content", "metadata")
 
 
 class StateConflictError(_AisuiteConflict, AgentStateError):  # type: ignore[misc]
@@ -113,6 +123,21 @@ def _aisuite() -> tuple[type[RunState], type[StoredRunState]]:
     return RunState, StoredRunState
 
 
+@dataclass
+class _Log:
+    """A thread as this store last saw it: its revision, and the ids and (copies of the)
+    aisuite messages of its live view."""
+
+    revision: int
+    ids: list[str]
+    messages: list[dict[str, Any]]
+
+
+def _new_ids(count: int) -> list[str]:
+    # Chosen here, so a save knows the ids of what it stored without reading them back.
+    return [f"ais-{uuid.uuid4().hex}" for _ in range(count)]
+
+
 class AgentStateStore:
     """aisuite `StateStore` on an agentstate server (see the module docstring).
 
@@ -128,9 +153,9 @@ class AgentStateStore:
         self._owns_client = client is None
         self.client = client or AgentStateClient(base_url, api_key=api_key)
         self.max_attempts = max_attempts
-        # thread_id -> (revision, live message count) as this store last saw them. The count
-        # is only trusted under If-Match on that revision, which proves nobody changed it.
-        self._known: dict[str, tuple[int, int]] = {}
+        # thread_id -> the log as this store last saw it. It is only trusted under If-Match
+        # on its revision, which proves nobody changed the thread since.
+        self._known: dict[str, _Log] = {}
 
     def close(self) -> None:
         """Close the client if the store created it."""
@@ -149,34 +174,34 @@ class AgentStateStore:
 
         `revision=None` overwrites whatever is there (a first save needs no revision); an int
         must be the current revision, else `StateConflictError`. `metadata=None` keeps the
-        stored metadata. Only messages the thread does not hold yet are sent.
+        stored metadata. Only the messages that changed are sent.
         """
-        # RunState.to_dict() deep-copies every message; a save must cost the same at turn
-        # 400 as at turn 1, so only the state without its messages is copied.
+        # RunState.to_dict() deep-copies every message; only the state without its messages
+        # is copied here.
         payload = dataclasses.replace(state, messages=[]).to_dict()
         del payload["messages"]
         messages = state.messages
         for attempt in range(self.max_attempts):
             known = self._known.get(thread_id)
-            if revision is not None and (known is None or known[0] != revision):
-                known = self._refresh(thread_id, messages, verify=False)
-                if known is None or known[0] != revision:
-                    raise StateConflictError(thread_id, revision, known[0] if known else None)
+            if revision is not None and (known is None or known.revision != revision):
+                known = self._read(thread_id)
+                if known is None or known.revision != revision:
+                    raise StateConflictError(thread_id, revision,
+                                             known.revision if known else None)
             elif known is None and attempt > 0:
                 # An overwrite of a thread this store has not seen starts as a create (one
                 # request for a first save); only when that finds a thread is it read.
-                known = self._refresh(thread_id, messages, verify=True)
+                known = self._read(thread_id)
             try:
-                thread = self._put(thread_id, payload, messages, metadata, known)
+                thread, log = self._write(thread_id, payload, messages, metadata, known)
             except (PreconditionFailed, ThreadDeleted) as exc:
                 self._known.pop(thread_id, None)
                 if revision is not None:
                     current = getattr(exc, "current_revision", None)
                     raise StateConflictError(thread_id, revision, current) from exc
                 continue
-            self._known[thread_id] = (thread.revision, thread.message_count)
-            # A copy of the state, except that its messages are the caller's message objects
-            # (copying every message on every save is what made saves grow with the thread).
+            self._known[thread_id] = log
+            # A copy of the state, except that its messages are the caller's message objects.
             saved = self._run_state.from_dict(payload)
             saved.messages = list(messages)
             return self._stored(thread, saved)
@@ -186,6 +211,24 @@ class AgentStateStore:
 
     def load_state(self, thread_id: str) -> StoredRunState | None:
         """The thread's state with its live messages, or None if there is no such thread."""
+        found = self._load(thread_id)
+        if found is None:
+            return None
+        thread, log = found
+        run_state = self._run_state.from_dict({**thread.state,
+                                               "messages": copy.deepcopy(log.messages)})
+        return self._stored(thread, run_state)
+
+    def delete_state(self, thread_id: str) -> None:
+        """Delete the thread with its messages; nothing happens if it does not exist."""
+        self._known.pop(thread_id, None)
+        try:
+            self.client.delete_thread(thread_id, if_match="*")
+        except (NotFound, ThreadDeleted):
+            pass
+
+    def _load(self, thread_id: str) -> tuple[Thread, _Log] | None:
+        """The thread and its whole live view, read consistently; None if there is none."""
         for _ in range(self.max_attempts):
             try:
                 thread = self.client.get_thread(thread_id, include_messages=True,
@@ -203,72 +246,78 @@ class AgentStateStore:
             if thread.messages_next_cursor is not None and (
                     self.client.get_thread(thread_id).revision != thread.revision):
                 continue
-            self._known[thread_id] = (thread.revision, thread.message_count)
-            run_state = self._run_state.from_dict({
-                **thread.state,
-                "messages": [from_log_message(m) for m in messages],
-            })
-            return self._stored(thread, run_state)
+            log = _Log(thread.revision, [m.id for m in messages],
+                       [from_log_message(m) for m in messages])
+            self._known[thread_id] = _Log(log.revision, log.ids, copy.deepcopy(log.messages))
+            return thread, log
         raise StateConflictError(
             thread_id, None, None,
             f"Thread {thread_id!r} kept changing while loading; gave up.")
 
-    def delete_state(self, thread_id: str) -> None:
-        """Delete the thread with its messages; nothing happens if it does not exist."""
-        self._known.pop(thread_id, None)
-        try:
-            self.client.delete_thread(thread_id, if_match="*")
-        except (NotFound, ThreadDeleted):
-            pass
+    def _read(self, thread_id: str) -> _Log | None:
+        found = self._load(thread_id)
+        return self._known[thread_id] if found is not None else None
 
-    def _refresh(self, thread_id: str, messages: list[dict[str, Any]],
-                 verify: bool) -> tuple[int, int] | None:
-        """(revision, live message count) from the server; None if there is no thread.
-
-        With `verify`, the last stored message must be the one at the same place in
-        `messages`: an overwrite then appends exactly the messages after it.
-        """
-        try:
-            thread = self.client.get_thread(thread_id)
-        except NotFound:
-            return None
-        count = thread.message_count
-        if verify and count:
-            last = self.client.list_messages(thread_id, order="desc", limit=1).data
-            if count > len(messages) or not last or (
-                    from_log_message(last[0]) != messages[count - 1]):
-                raise StateConflictError(
-                    thread_id, None, thread.revision,
-                    f"Thread {thread_id!r} holds {count} messages that state.messages does "
-                    "not continue (another writer appended or compacted); load_state and "
-                    "apply your change to what it returns.")
-        return thread.revision, count
-
-    def _put(self, thread_id: str, payload: dict[str, Any], messages: list[dict[str, Any]],
-             metadata: dict[str, Any] | None, known: tuple[int, int] | None) -> Thread:
-        """One PUT: the state and the new messages in one revision. More new messages than
-        a request may carry go ahead as conditional appends (a revision each)."""
-        count = known[1] if known is not None else 0
-        if count > len(messages):
-            raise ValueError(
-                f"state.messages has {len(messages)} messages but thread {thread_id!r} holds "
-                f"{count}: agentstate keeps the history append-only. To shorten it, compact "
-                "(AgentStateClient.create_compaction) and load_state again.")
-        new = [to_log_message(m) for m in messages[count:]]
-        chunks = [new[i:i + BATCH] for i in range(0, len(new), BATCH)] or [[]]
+    def _write(self, thread_id: str, payload: dict[str, Any], messages: list[dict[str, Any]],
+               metadata: dict[str, Any] | None, known: _Log | None) -> tuple[Thread, _Log]:
+        """Make the thread's log equal `messages` and store the state, each request
+        conditional on the revision the previous one made; the last is the PUT of the state
+        with the messages still to append."""
         if known is None:
+            kept_ids: list[str] = []
+            kept: list[dict[str, Any]] = []
+            tail = 0
+            revision = None
+        else:
+            kept_ids, kept, tail, revision = self._edit(thread_id, messages, known)
+        ids = _new_ids(len(messages) - tail)
+        new = [{**to_log_message(m), "id": i} for m, i in zip(messages[tail:], ids)]
+        chunks = [new[i:i + BATCH] for i in range(0, len(new), BATCH)] or [[]]
+        if revision is None:
             thread = self.client.put_thread(thread_id, payload, metadata=metadata,
                                             create_only=True, append_messages=chunks.pop(0))
-            if not chunks:
-                return thread
             revision = thread.revision
-        else:
-            revision = known[0]
-        for chunk in chunks[:-1]:
+        for chunk in chunks[:-1] if chunks else []:
             revision = self.client.append_messages(thread_id, chunk,
                                                    if_match=revision).thread_revision
-        return self.client.put_thread(thread_id, payload, metadata=metadata, if_match=revision,
-                                      append_messages=chunks[-1])
+        if chunks:
+            thread = self.client.put_thread(thread_id, payload, metadata=metadata,
+                                            if_match=revision, append_messages=chunks[-1])
+        log = _Log(thread.revision, kept_ids + ids,
+                   kept + [copy.deepcopy(m) for m in messages[tail:]])
+        return thread, log
+
+    def _edit(self, thread_id: str, messages: list[dict[str, Any]],
+              known: _Log) -> tuple[list[str], list[dict[str, Any]], int, int]:
+        """Bring the stored log in line with `messages` up to the point from which they are
+        appended: redact what changed in place, remove what is gone. Returns the ids and
+        copies of the messages kept, how many of `messages` they are, and the revision."""
+        revision = known.revision
+        stored = known.messages
+        common = min(len(stored), len(messages))
+        tail = common
+        redact: list[tuple[int, dict[str, Any]]] = []
+        for i in range(common):
+            if stored[i] == messages[i]:
+                continue
+            old, new = to_log_message(stored[i]), to_log_message(messages[i])
+            rest = [{k: v for k, v in m.items() if k not in REDACTABLE} for m in (old, new)]
+            if rest[0] != rest[1]:
+                tail = i  # a different role or tool fields: re-append from here
+                break
+            redact.append((i, {k: new.get(k, {} if k == "metadata" else None)
+                               for k in REDACTABLE if old.get(k) != new.get(k)}))
+        ids, kept = list(known.ids[:tail]), list(stored[:tail])
+        for i, values in redact:
+            self.client.redact_message(thread_id, ids[i], fields=list(values),
+                                       if_match=revision, **values)
+            revision += 1  # If-Match held: the redaction made exactly the next revision
+            kept[i] = copy.deepcopy(messages[i])
+        gone = known.ids[tail:]
+        for start in range(0, len(gone), REMOVE):
+            revision = self.client.remove_messages(
+                thread_id, ids=gone[start:start + REMOVE], if_match=revision).thread_revision
+        return ids, kept, tail, revision
 
     def _stored(self, thread: Thread, state: RunState) -> StoredRunState:
         return self._stored_run_state(

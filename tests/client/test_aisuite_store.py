@@ -145,27 +145,88 @@ def test_saves_send_only_new_messages_into_the_log(server: ServerProcess, store:
 
 
 @pytest.mark.slow
-def test_overwrite_refuses_to_lose_or_duplicate_others_messages(server: ServerProcess,
-                                                                store: AgentStateStore,
-                                                                uid: str) -> None:
+def test_overwrite_and_trim_are_accepted_as_aisuite_accepts_them(server: ServerProcess,
+                                                                 store: AgentStateStore,
+                                                                 uid: str) -> None:
+    """Issue 16: `revision=None` overwrites (as aisuite's stores do), messages another writer
+    appended included; a shorter history is stored as it is."""
     thread_id = f"ow-{uid}"
     store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:2]))
     with AgentStateClient(server.base_url) as other:
         other.append_message(thread_id, "user", "from another agent")
-    # This state does not contain the other agent's message: overwriting would drop it.
-    with pytest.raises(StateConflictError) as diverged:
-        store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:3]))
-    assert isinstance(diverged.value, adapter.StateConflictError)
-    assert diverged.value.current_revision == 2
+    saved = store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:3]))
+    assert store.load_state(thread_id).state.messages == MESSAGES_SO_FAR[:3]
+    trimmed = store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:1]), revision=saved.revision)
+    fresh = AgentStateStore(base_url=server.base_url)
+    assert fresh.load_state(thread_id).state.messages == MESSAGES_SO_FAR[:1]
+    fresh.close()
+    with pytest.raises(StateConflictError):
+        store.save_state(thread_id, run_state([]), revision=saved.revision)
+    with AgentStateClient(server.base_url) as client:
+        full = list(client.iter_messages(thread_id, view="full"))
+    assert [m.content for m in full] == ["You are terse."], "removed, not hidden"
+    assert store.save_state(thread_id, run_state([]), revision=trimmed.revision).revision > 0
 
-    # A state that continues what is stored overwrites and appends only its own.
-    continued = run_state([*MESSAGES_SO_FAR[:2], {"role": "user", "content": "from another agent"},
-                           MESSAGES_SO_FAR[2]])
-    assert store.save_state(thread_id, continued).revision == 3
-    assert store.load_state(thread_id).state.messages == continued.messages
 
-    with pytest.raises(ValueError, match="append-only"):
-        store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:1]), revision=3)
+def edits(store: Any, thread_id: str) -> list[Any]:
+    """Saves that edit, trim and rewrite earlier messages; each answer as the messages that
+    load back (revisions differ: an editing save takes one per request here)."""
+    answers: list[Any] = []
+
+    def save(messages: list[dict[str, Any]], revision: int | None) -> int:
+        stored = store.save_state(thread_id, run_state(messages), revision=revision)
+        loaded = store.load_state(thread_id)
+        answers.append(loaded.state.messages)
+        assert loaded.revision == stored.revision
+        return int(stored.revision)
+
+    revision = save(MESSAGES_SO_FAR, None)
+    loaded = store.load_state(thread_id).state.messages
+    loaded[1]["content"] = "[redacted]"                       # redact an earlier message
+    revision = save(loaded, revision)
+    loaded = store.load_state(thread_id).state.messages
+    loaded[4]["artifact_refs"] = []                            # an extra member changes
+    del loaded[0]["content"]                                   # content becomes absent
+    revision = save(loaded, revision)
+    revision = save(loaded[:3], revision)                      # trim the end
+    changed = [dict(loaded[0]), {"role": "user", "content": "rephrased"}, loaded[2]]
+    revision = save(changed, revision)                         # a role changes mid-way
+    revision = save([changed[2], *changed], revision)          # insert at the front
+    save([{"role": "user", "content": "start over"}], None)    # overwrite
+    save([], None)
+    try:
+        store.save_state(thread_id, run_state([]), revision=1)
+    except StateConflictError:
+        answers.append("conflict")
+    return answers
+
+
+@pytest.mark.slow
+def test_edits_and_trims_load_back_as_in_aisuites_memory_store(server: ServerProcess,
+                                                               store: AgentStateStore,
+                                                               uid: str) -> None:
+    expected = edits(InMemoryStateStore(), "t")
+    assert edits(store, f"ed-{uid}") == expected
+    assert expected[1][1]["content"] == "[redacted]" and expected[-1] == "conflict"
+
+
+@pytest.mark.slow
+def test_a_redaction_leaves_no_trace_of_the_old_text(server: ServerProcess,
+                                                     store: AgentStateStore, uid: str) -> None:
+    thread_id = f"red-{uid}"
+    secret = f"my card is 4111-{uid}"
+    saved = store.save_state(thread_id, run_state([{"role": "user", "content": secret},
+                                                   {"role": "assistant", "content": "ok"}]))
+    loaded = store.load_state(thread_id)
+    loaded.state.messages[0]["content"] = "my card is [redacted]"
+    store.save_state(thread_id, loaded.state, revision=saved.revision)
+    with AgentStateClient(server.base_url) as client:
+        full = list(client.iter_messages(thread_id, view="full"))
+        assert [m.content for m in full] == ["my card is [redacted]", "ok"]
+        assert [m.seq for m in full] == [1, 2], "edited in place, not re-appended"
+        events = client.list_events(thread_id=thread_id).data
+    assert "message.redacted" in [e.type for e in events]
+    assert secret not in json.dumps([e.resource for e in events])
 
 
 @pytest.mark.slow
