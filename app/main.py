@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from app.agent_states.router import router as agent_states_router
+from app.batch.router import router as batch_router
 from app.auth.authenticator import Authenticator
 from app.auth.tenancy import install_tenant_guard
 from app.compactions.router import router as compactions_router
@@ -29,7 +30,7 @@ from app.threads.router import router as threads_router
 
 ROUTERS = [
     ops_router, threads_router, messages_router, compactions_router, agent_states_router,
-    mcp_servers_router, events_router,
+    mcp_servers_router, events_router, batch_router,
 ]
 
 

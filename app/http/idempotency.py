@@ -40,3 +40,8 @@ def created(body: dict[str, Any], replayed: bool, headers: dict[str, str]) -> JS
     if replayed:
         headers = {**headers, "Idempotent-Replayed": "true"}
     return JSONResponse(body, status_code=201, headers=headers)
+
+
+def replayable(body: dict[str, Any], replayed: bool) -> JSONResponse:
+    """200 with the same bytes for the first answer and its replays (which say so)."""
+    return JSONResponse(body, headers={"Idempotent-Replayed": "true"} if replayed else None)

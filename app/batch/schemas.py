@@ -1,0 +1,90 @@
+"""`POST /v1/batch`: operations on threads, messages and agent states in one transaction."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from app.agent_states.schemas import AgentStatePatch, AgentStateReplace
+from app.core.schemas import Name, Strict
+from app.messages.schemas import MessageBatch, MessageRemoval
+from app.threads.schemas import ThreadPatch, ThreadReplace
+
+MAX_OPERATIONS = 100
+
+IfMatch = Field(None, description="As the `If-Match` header of the single request: "
+                                  "`\"<revision>\"`, a list of them, or `*`.")
+IfNoneMatch = Field(None, description="`*`: create only (as the `If-None-Match` header).")
+
+
+class _Operation(Strict):
+    thread_id: Name
+    if_match: str | None = IfMatch
+
+
+class ThreadPut(_Operation):
+    op: Literal["thread.put"]
+    if_none_match: str | None = IfNoneMatch
+    body: ThreadReplace
+
+
+class ThreadPatchOp(_Operation):
+    op: Literal["thread.patch"]
+    body: ThreadPatch
+
+
+class ThreadDelete(_Operation):
+    op: Literal["thread.delete"]
+
+
+class MessagesAppend(_Operation):
+    op: Literal["messages.append"]
+    body: MessageBatch
+
+
+class MessagesRemove(_Operation):
+    op: Literal["messages.remove"]
+    body: MessageRemoval
+
+
+class _AgentOperation(_Operation):
+    agent_name: Name
+
+
+class AgentStatePut(_AgentOperation):
+    op: Literal["agent_state.put"]
+    if_none_match: str | None = IfNoneMatch
+    body: AgentStateReplace
+
+
+class AgentStatePatchOp(_AgentOperation):
+    op: Literal["agent_state.patch"]
+    body: AgentStatePatch
+
+
+class AgentStateDelete(_AgentOperation):
+    op: Literal["agent_state.delete"]
+
+
+Operation = Annotated[
+    ThreadPut | ThreadPatchOp | ThreadDelete | MessagesAppend | MessagesRemove | AgentStatePut
+    | AgentStatePatchOp | AgentStateDelete,
+    Field(discriminator="op"),
+]
+
+
+class BatchIn(Strict):
+    operations: list[Operation] = Field(min_length=1, max_length=MAX_OPERATIONS, description=(
+        "Applied in order in one transaction: all of them, or (when one is refused) none."))
+
+
+class OperationResult(BaseModel):
+    status: int = Field(description="What the single request would have answered: 200, 201, 204.")
+    etag: str | None = Field(None, description="The resource's new ETag (for messages: the "
+                                               "thread's).")
+    body: Any = Field(None, description="The single request's response body (none for 204).")
+
+
+class BatchOut(BaseModel):
+    results: list[OperationResult]

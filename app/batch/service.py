@@ -1,0 +1,112 @@
+"""`POST /v1/batch`: each operation is the use case of its single request, run by that
+slice's service inside the request's one unit of work, in order.
+
+This module is a composition root like `app/main.py` (docs/CONVENTIONS.md): it is the one
+place besides the routers that calls other slices' services. Every operation takes the locks
+and checks the preconditions its single request would; the transaction holds every lock until
+the commit, so concurrent batches on the same thread serialise there and none loses an update.
+The first operation that is refused raises, the request's transaction rolls back and nothing
+of the batch is written; the problem names the operation by its index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.agent_states.service import AgentStateService
+from app.batch.schemas import (
+    AgentStateDelete,
+    AgentStatePatchOp,
+    AgentStatePut,
+    BatchIn,
+    BatchOut,
+    MessagesAppend,
+    MessagesRemove,
+    OperationResult,
+    ThreadDelete,
+    ThreadPatchOp,
+    ThreadPut,
+)
+from app.core.errors import AppError, NotFound
+from app.core.revisions import ETagList, Preconditions, etag
+from app.core.settings import Settings
+from app.db.unit import UnitOfWork
+from app.idempotency.service import IdempotencyRequest, IdempotencyService
+from app.messages.service import MessageService
+from app.threads.aggregate import ThreadAggregate
+from app.threads.service import ThreadService
+
+
+def _conditions(op: Any) -> Preconditions:
+    return Preconditions(ETagList.parse("If-Match", op.if_match),
+                         ETagList.parse("If-None-Match", getattr(op, "if_none_match", None)))
+
+
+class BatchService:
+    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+        self.uow = uow
+        self.settings = settings
+
+    async def run(self, body: BatchIn,
+                  idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
+        """The response body, and whether it replays an earlier request with the same
+        Idempotency-Key (scoped to the first operation's thread)."""
+        first = body.operations[0].thread_id
+        keys = IdempotencyService(self.uow, self.settings, "batch")
+        replay = await keys.begin(first, idempotency)
+        if replay is not None:
+            return replay.body, True
+        results = []
+        for index, op in enumerate(body.operations):
+            try:
+                results.append(await self._apply(op))
+            except AppError as exc:
+                exc.detail = f"Operation {index} ({op.op}) was refused, nothing was written: " \
+                             f"{exc.detail}"
+                exc.extra = {**exc.extra, "operation": index}
+                raise
+        out = BatchOut(results=results).model_dump(mode="json")
+        if idempotency is not None:
+            try:
+                pk = await ThreadAggregate(self.uow, self.settings).live_pk(first)
+            except NotFound:  # the batch deleted it: there is nothing to keep the key with
+                pass
+            else:
+                await keys.save(pk, idempotency, 200, out)
+        return out, False
+
+    async def _apply(self, op: Any) -> OperationResult:
+        uow, settings, pre = self.uow, self.settings, _conditions(op)
+        if isinstance(op, ThreadPut):
+            thread, created = await ThreadService(uow, settings).replace(op.thread_id, op.body,
+                                                                         pre)
+            return OperationResult(status=201 if created else 200, etag=etag(thread.revision),
+                                   body=thread.model_dump(mode="json"))
+        if isinstance(op, ThreadPatchOp):
+            thread = await ThreadService(uow, settings).patch(op.thread_id, op.body, pre)
+            return OperationResult(status=200, etag=etag(thread.revision),
+                                   body=thread.model_dump(mode="json"))
+        if isinstance(op, ThreadDelete):
+            await ThreadService(uow, settings).delete(op.thread_id, pre)
+            return OperationResult(status=204)
+        if isinstance(op, MessagesAppend):
+            appended, _ = await MessageService(uow, settings).append(
+                op.thread_id, op.body.messages, pre, None)
+            return OperationResult(status=201, etag=etag(appended["thread_revision"]),
+                                   body=appended)
+        if isinstance(op, MessagesRemove):
+            removed = await MessageService(uow, settings).remove(op.thread_id, op.body, pre)
+            return OperationResult(status=200, etag=etag(removed.thread_revision),
+                                   body=removed.model_dump(mode="json"))
+        states = AgentStateService(uow, settings)
+        if isinstance(op, AgentStatePut):
+            state, created = await states.replace(op.thread_id, op.agent_name, op.body, pre)
+            return OperationResult(status=201 if created else 200, etag=etag(state.revision),
+                                   body=state.model_dump(mode="json"))
+        if isinstance(op, AgentStatePatchOp):
+            state = await states.patch(op.thread_id, op.agent_name, op.body, pre)
+            return OperationResult(status=200, etag=etag(state.revision),
+                                   body=state.model_dump(mode="json"))
+        assert isinstance(op, AgentStateDelete)
+        await states.delete(op.thread_id, op.agent_name, pre)
+        return OperationResult(status=204)

@@ -1,0 +1,169 @@
+"""`POST /v1/batch` (issue 16): operations in one transaction, all or nothing, on SQLite and
+Postgres."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from app.events.models import Event
+from tests.conftest import http_client
+
+pytestmark = pytest.mark.anyio
+
+
+async def batch(client: httpx.AsyncClient, *operations: dict[str, Any],
+                **headers: str) -> httpx.Response:
+    return await client.post("/v1/batch", json={"operations": list(operations)},
+                             headers=headers)
+
+
+async def events(app: FastAPI, thread_id: str) -> list[str]:
+    async with app.state.db.read() as connection:
+        return list((await connection.execute(
+            select(Event.type).where(Event.thread_id == thread_id).order_by(Event.seq)
+        )).scalars().all())
+
+
+async def test_operations_answer_as_their_single_requests(client: httpx.AsyncClient,
+                                                          app: FastAPI, uid: str) -> None:
+    response = await batch(
+        client,
+        {"op": "thread.put", "thread_id": uid, "if_none_match": "*",
+         "body": {"state": {"step": 1}, "metadata": {"app": "a"}}},
+        {"op": "messages.append", "thread_id": uid, "if_match": '"1"',
+         "body": {"messages": [{"role": "user", "content": "hi"},
+                               {"role": "model", "item": {"b": 1, "a": 2}}]}},
+        {"op": "agent_state.put", "thread_id": uid, "agent_name": "app:x",
+         "body": {"state": {"k": 1}}},
+        {"op": "agent_state.patch", "thread_id": uid, "agent_name": "app:x", "if_match": '"1"',
+         "body": {"state": {"j": 2}}},
+        {"op": "thread.patch", "thread_id": uid, "if_match": '"2"',
+         "body": {"state": {"step": 2}}},
+        {"op": "messages.remove", "thread_id": uid, "body": {"last": 1}},
+        {"op": "agent_state.delete", "thread_id": f"{uid}", "agent_name": "app:x",
+         "if_match": '"2"'},
+    )
+    assert response.status_code == 200, response.text
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [201, 201, 201, 200, 200, 200, 204]
+    assert [r["etag"] for r in results] == ['"1"', '"2"', '"1"', '"2"', '"3"', '"4"', None]
+    assert results[1]["body"]["data"][1]["item"] == {"b": 1, "a": 2}
+    assert results[5]["body"]["data"][0]["role"] == "model"
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert thread["state"] == {"step": 2} and thread["message_count"] == 1
+    assert (await client.get(f"/v1/threads/{uid}/agents/app:x/state")).status_code == 404
+    assert await events(app, uid) == [
+        "thread.created", "message.appended", "agent_state.created", "agent_state.updated",
+        "thread.updated", "message.removed", "agent_state.deleted"]
+
+
+async def test_a_refused_operation_writes_nothing(client: httpx.AsyncClient, app: FastAPI,
+                                                  uid: str) -> None:
+    await client.put(f"/v1/threads/{uid}-b", json={"state": {}})
+    response = await batch(
+        client,
+        {"op": "thread.put", "thread_id": f"{uid}-a", "body": {"state": {"x": 1}}},
+        {"op": "messages.append", "thread_id": f"{uid}-a",
+         "body": {"messages": [{"role": "user", "content": "lost"}]}},
+        {"op": "agent_state.put", "thread_id": f"{uid}-b", "agent_name": "n",
+         "body": {"state": {}}},
+        {"op": "thread.patch", "thread_id": f"{uid}-b", "if_match": '"7"',
+         "body": {"state": {"y": 1}}},
+    )
+    assert response.status_code == 412, response.text
+    problem = response.json()
+    assert problem["operation"] == 3 and problem["code"] == "revision_mismatch"
+    assert problem["current_revision"] == 1 and "Operation 3" in problem["detail"]
+    assert (await client.get(f"/v1/threads/{uid}-a")).status_code == 404
+    assert (await client.get(f"/v1/threads/{uid}-b/agents")).json()["data"] == []
+    assert await events(app, f"{uid}-a") == [] and await events(app, f"{uid}-b") == [
+        "thread.created"]
+    # Each kind of refusal names its operation.
+    for operations, status, index in (
+            ([{"op": "thread.delete", "thread_id": f"{uid}-b"}], 428, 0),
+            ([{"op": "messages.append", "thread_id": f"{uid}-b",
+               "body": {"messages": [{"role": "user"}]}},
+              {"op": "messages.remove", "thread_id": f"{uid}-b", "body": {"ids": ["nope"]}}],
+             404, 1),
+            ([{"op": "thread.put", "thread_id": f"{uid}-b", "if_match": "3",
+               "body": {"state": {}}}], 400, 0)):
+        refused = await batch(client, *operations)
+        assert refused.status_code == status, refused.text
+        assert refused.json()["operation"] == index
+    assert (await client.get(f"/v1/threads/{uid}-b")).json()["message_count"] == 0
+
+
+async def test_bad_batches_are_422(client: httpx.AsyncClient, uid: str) -> None:
+    one = {"op": "thread.delete", "thread_id": uid, "if_match": "*"}
+    for body in ({"operations": []}, {"operations": [one] * 101}, {},
+                 {"operations": [{**one, "op": "thread.explode"}]},
+                 {"operations": [{**one, "extra": 1}]},
+                 {"operations": [{"op": "thread.put", "thread_id": ".x", "body": {"state": {}}}]}):
+        response = await client.post("/v1/batch", json=body)
+        assert response.status_code == 422, (body, response.text)
+
+
+async def test_idempotency_key_replays_the_batch(client: httpx.AsyncClient, uid: str) -> None:
+    ops = [{"op": "messages.append", "thread_id": uid,
+            "body": {"messages": [{"role": "user", "content": "once"}]}}]
+    first = await batch(client, *ops, **{"Idempotency-Key": f"k-{uid}"})
+    again = await batch(client, *ops, **{"Idempotency-Key": f"k-{uid}"})
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
+    assert (await client.get(f"/v1/threads/{uid}")).json()["message_count"] == 1
+    other = await batch(client, ops[0], ops[0], **{"Idempotency-Key": f"k-{uid}"})
+    assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
+
+
+async def test_concurrent_batches_never_lose_an_update(app: FastAPI, uid: str) -> None:
+    """Sixteen clients each make five read-modify-write batches on one thread (the counter
+    in its state, a message and a per-agent state), retrying on 412: every update lands."""
+    writers, rounds = 16, 5
+    async with http_client(app) as setup:
+        await setup.put(f"/v1/threads/{uid}", json={"state": {"n": 0}},
+                        headers={"If-None-Match": "*"})
+
+    async def writer(w: int) -> int:
+        conflicts = 0
+        async with http_client(app) as client:
+            for r in range(rounds):
+                while True:
+                    thread = (await client.get(f"/v1/threads/{uid}")).json()
+                    response = await batch(
+                        client,
+                        {"op": "thread.put", "thread_id": uid,
+                         "if_match": f'"{thread["revision"]}"',
+                         "body": {"state": {"n": thread["state"]["n"] + 1}}},
+                        {"op": "messages.append", "thread_id": uid,
+                         "body": {"messages": [{"role": "user", "content": f"{w}.{r}"}]}},
+                        {"op": "agent_state.put", "thread_id": uid, "agent_name": f"w{w}",
+                         "if_match": "*" if r else None, "if_none_match": None if r else "*",
+                         "body": {"state": {"round": r}}},
+                    )
+                    if response.status_code == 412:
+                        conflicts += 1
+                        continue
+                    assert response.status_code == 200, response.text
+                    break
+        return conflicts
+
+    await asyncio.gather(*(writer(w) for w in range(writers)))
+    async with http_client(app) as client:
+        thread = (await client.get(f"/v1/threads/{uid}")).json()
+        assert thread["state"]["n"] == writers * rounds
+        assert thread["message_count"] == writers * rounds
+        messages = (await client.get(f"/v1/threads/{uid}/messages",
+                                     params={"limit": 1000})).json()["data"]
+        assert sorted(m["content"] for m in messages) == sorted(
+            f"{w}.{r}" for w in range(writers) for r in range(rounds))
+        assert [m["seq"] for m in messages] == list(range(1, writers * rounds + 1))
+        states = (await client.get(f"/v1/threads/{uid}/agents",
+                                   params={"limit": 100})).json()["data"]
+        assert [(s["revision"], s["state"]) for s in states] == [(rounds, {"round": rounds - 1})
+                                                                 ] * writers
