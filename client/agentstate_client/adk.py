@@ -1,0 +1,314 @@
+"""Google ADK drop-in: `AgentStateSessionService` is an ADK `BaseSessionService` on agentstate.
+
+    from agentstate_client.adk import AgentStateSessionService
+
+    runner = Runner(agent=agent, app_name="desk",
+                    session_service=AgentStateSessionService(base_url="http://127.0.0.1:8080"))
+
+How ADK's data is kept (ids through `agentstate_client.ids.join_ids`, like every adapter):
+- a session is the thread `join_ids("adk", app_name, user_id, session_id)`; its events are
+  its messages, each event stored verbatim as the message's `item` (as ADK's own database
+  service serialises it: `model_dump(mode="json", exclude_none=True)`), under the message id
+  `encode_id(event.id)`; its session-scoped state is the thread's `state`, and
+  `metadata` says whose session it is and its `last_update_time`;
+- `app:` state is the state of the thread `join_ids("adk-app", app_name)`, `user:` state
+  that of `join_ids("adk-user", app_name, user_id)`; `temp:` state is never stored.
+- State values are stored one-element arrays (`{"step": [3]}`): a merge-patch then replaces
+  a value whole and stores `None` as `[null]`, which is ADK's `dict.update` exactly, so a
+  state delta is applied in the database without reading the state first.
+
+Every write is one `POST /v1/batch`, all or nothing: `append_event` appends the event
+conditionally on the session's revision (`If-Match`), patches the session's state and time,
+and the app's and user's state, in that order (every batch takes its threads in the same
+order, so concurrent ones cannot deadlock). The revision travels in the session object
+(`Session._storage_update_marker`, where ADK's database service keeps its own), so a write
+from a session object that another writer has overtaken raises ADK's `StaleSessionError`
+and writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from agentstate_client._async import AsyncAgentStateClient
+from agentstate_client.errors import (
+    AlreadyExists,
+    MessageExists,
+    NotFound,
+    PreconditionFailed,
+    ThreadDeleted,
+)
+from agentstate_client.ids import encode_id, join_ids
+from agentstate_client.models import Thread
+
+try:
+    from google.adk.errors._stale_session_error import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events.event import Event
+    from google.adk.sessions import _session_util
+    from google.adk.sessions.base_session_service import (
+        BaseSessionService,
+        GetSessionConfig,
+        ListSessionsResponse,
+    )
+    from google.adk.sessions.session import Session
+    from google.adk.sessions.state import State
+except ImportError as exc:  # pragma: no cover - the extra is missing
+    raise ImportError("AgentStateSessionService needs google-adk: "
+                      "pip install 'agentstate-client[adk]'") from exc
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["AgentStateSessionService"]
+
+PAGE = 1000  # messages per read, the server's maximum
+KIND = "adk"
+
+
+def session_thread(app_name: str, user_id: str, session_id: str) -> str:
+    return join_ids("adk", app_name, user_id, session_id)
+
+
+def app_thread(app_name: str) -> str:
+    return join_ids("adk-app", app_name)
+
+
+def user_thread(app_name: str, user_id: str) -> str:
+    return join_ids("adk-user", app_name, user_id)
+
+
+def wrap(state: Mapping[str, Any]) -> dict[str, Any]:
+    """ADK state as stored: each value a one-element array (see the module docstring)."""
+    return {key: [value] for key, value in state.items()}
+
+
+def unwrap(stored: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: value[0] if isinstance(value, list) and value else None
+            for key, value in stored.items()}
+
+
+def _revision(result: Mapping[str, Any]) -> int:
+    return int(str(result["etag"]).strip('"'))
+
+
+class AgentStateSessionService(BaseSessionService):
+    """ADK's `BaseSessionService` on an agentstate server (see the module docstring).
+
+    Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
+    `$AGENTSTATE_API_KEY`) for a client the service owns and closes in `close()`.
+    """
+
+    def __init__(self, *, base_url: str | None = None, api_key: str | None = None,
+                 client: AsyncAgentStateClient | None = None) -> None:
+        self._owns_client = client is None
+        self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
+        # App and user threads known to exist, so a create needs no read to make sure.
+        self._scopes: set[str] = set()
+
+    async def close(self) -> None:
+        """Close the client if the service created it."""
+        if self._owns_client:
+            await self.client.aclose()
+
+    # --- scoped state --------------------------------------------------------------------
+
+    async def _ensure(self, thread_id: str) -> None:
+        """The app or user thread exists (created empty if not)."""
+        if thread_id in self._scopes:
+            return
+        try:
+            await self.client.put_thread(thread_id, {}, metadata={"adk": "scope"},
+                                         create_only=True)
+        except AlreadyExists:
+            pass
+        self._scopes.add(thread_id)
+
+    async def _scoped(self, thread_id: str) -> dict[str, Any]:
+        try:
+            return unwrap((await self.client.get_thread(thread_id)).state)
+        except NotFound:
+            return {}
+
+    def _scope_ops(self, app_name: str, user_id: str,
+                   deltas: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        ops = []
+        for scope, thread_id in (("app", app_thread(app_name)),
+                                 ("user", user_thread(app_name, user_id))):
+            if deltas[scope]:
+                ops.append({"op": "thread.patch", "thread_id": thread_id, "if_match": "*",
+                            "body": {"state": wrap(deltas[scope])}})
+        return ops
+
+    async def _merge(self, app_name: str, user_id: str, session: Session) -> Session:
+        app, user = await asyncio.gather(self._scoped(app_thread(app_name)),
+                                         self._scoped(user_thread(app_name, user_id)))
+        for key, value in app.items():
+            session.state[State.APP_PREFIX + key] = value
+        for key, value in user.items():
+            session.state[State.USER_PREFIX + key] = value
+        return session
+
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        return await self._scoped(user_thread(app_name, user_id))
+
+    # --- sessions ------------------------------------------------------------------------
+
+    def _session(self, thread: Thread, events: list[Event]) -> Session:
+        meta = thread.metadata
+        session = Session(app_name=meta["app_name"], user_id=meta["user_id"],
+                          id=meta["session_id"], state=unwrap(thread.state), events=events,
+                          last_update_time=meta["last_update_time"])
+        session._storage_update_marker = str(thread.revision)
+        return session
+
+    async def create_session(self, *, app_name: str, user_id: str,
+                             state: dict[str, Any] | None = None,
+                             session_id: str | None = None) -> Session:
+        session_id = (session_id.strip() if session_id else None) or str(uuid.uuid4())
+        deltas = _session_util.extract_json_safe_state_delta(state or {})
+        await self._ensure(app_thread(app_name))
+        await self._ensure(user_thread(app_name, user_id))
+        metadata = {"adk": "session", "app_name": app_name, "user_id": user_id,
+                    "session_id": session_id, "last_update_time": time.time()}
+        try:
+            results = await self.client.batch([
+                {"op": "thread.put", "thread_id": session_thread(app_name, user_id, session_id),
+                 "if_none_match": "*",
+                 "body": {"state": wrap(deltas["session"]), "metadata": metadata}},
+                *self._scope_ops(app_name, user_id, deltas),
+            ])
+        except AlreadyExists:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.") from None
+        thread = Thread.from_json(results[0]["body"])
+        return await self._merge(app_name, user_id, self._session(thread, []))
+
+    async def get_session(self, *, app_name: str, user_id: str, session_id: str,
+                          config: GetSessionConfig | None = None) -> Session | None:
+        thread_id = session_thread(app_name, user_id, session_id.strip())
+        recent = config.num_recent_events if config else None
+        after = config.after_timestamp if config else None
+        try:
+            if recent is None and after is None:
+                thread = await self.client.get_thread(thread_id, include_messages=True,
+                                                      messages_limit=PAGE)
+                messages = list(thread.messages or [])
+                cursor = thread.messages_next_cursor
+                while cursor is not None:
+                    page = await self.client.list_messages(thread_id, limit=PAGE, cursor=cursor)
+                    messages.extend(page.data)
+                    cursor = page.next_cursor
+                events = [Event.model_validate(m.item) for m in messages]
+            else:
+                thread = await self.client.get_thread(thread_id)
+                events = await self._recent(thread_id, recent, after)
+        except NotFound:
+            return None
+        return await self._merge(app_name, user_id, self._session(thread, events))
+
+    async def _recent(self, thread_id: str, recent: int | None,
+                      after: float | None) -> list[Event]:
+        """The newest `recent` events, then those from the last one older than `after` on,
+        as ADK's in-memory service filters; read newest first, so the cost is the answer.
+        (Event timestamps are the agent's, so this filters on them, not on the server's
+        `created_after`.)"""
+        if recent == 0:
+            return []
+        events: list[Event] = []
+        async for message in self.client.iter_messages(
+                thread_id, order="desc", limit=min(recent or PAGE, PAGE)):
+            event = Event.model_validate(message.item)
+            if after is not None and event.timestamp < after:
+                break
+            events.append(event)
+            if recent is not None and len(events) == recent:
+                break
+        return events[::-1]
+
+    async def list_sessions(self, *, app_name: str,
+                            user_id: str | None = None) -> ListSessionsResponse:
+        metadata: dict[str, Any] = {"adk": "session", "app_name": app_name}
+        if user_id is not None:
+            metadata["user_id"] = user_id
+        threads = [thread async for thread in self.client.iter_threads(
+            metadata=metadata, order_by="updated_at", limit=100)]
+        users = sorted({t.metadata["user_id"] for t in threads})
+        app, *states = await asyncio.gather(
+            self._scoped(app_thread(app_name)),
+            *(self._scoped(user_thread(app_name, user)) for user in users))
+        by_user = dict(zip(users, states))
+        sessions = []
+        for thread in threads:
+            session = self._session(thread, [])
+            session.state.update({State.APP_PREFIX + k: v for k, v in app.items()})
+            session.state.update({State.USER_PREFIX + k: v
+                                  for k, v in by_user[session.user_id].items()})
+            sessions.append(session)
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        try:
+            await self.client.delete_thread(
+                session_thread(app_name, user_id, session_id.strip()), if_match="*")
+        except (NotFound, ThreadDeleted):
+            pass
+
+    async def append_event(self, session: Session, event: Event) -> Event:
+        if event.partial:
+            return event
+        # As ADK's own services: temp state reaches the session object, never storage.
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        thread_id = session_thread(session.app_name, session.user_id, session.id)
+        delta = event.actions.state_delta if event.actions and event.actions.state_delta else {}
+        deltas = _session_util.extract_json_safe_state_delta(delta)
+        marker = session._storage_update_marker
+        if marker is None:  # a session object this service did not make: take it as current
+            try:
+                marker = str((await self.client.get_thread(thread_id)).revision)
+            except NotFound:
+                raise SessionNotFoundError(f"Session {session.id} not found.") from None
+        revision = int(marker)
+        item = event.model_dump(mode="json", exclude_none=True)
+        ops = [
+            {"op": "messages.append", "thread_id": thread_id, "if_match": f'"{revision}"',
+             "body": {"messages": [{"id": encode_id(event.id), "role": self._role(event),
+                                    "content": None, "item": item}]}},
+            {"op": "thread.patch", "thread_id": thread_id, "if_match": f'"{revision + 1}"',
+             "body": {"state": wrap(deltas["session"]),
+                      "metadata": {"last_update_time": event.timestamp}}},
+            *self._scope_ops(session.app_name, session.user_id, deltas),
+        ]
+        try:
+            results = await self.client.batch(ops)
+        except MessageExists:
+            return event  # this very event was stored already (a retried append)
+        except (PreconditionFailed, ThreadDeleted) as exc:
+            current = getattr(exc, "current_revision", None)
+            operation = exc.problem.get("operation") if hasattr(exc, "problem") else None
+            if isinstance(exc, ThreadDeleted) or (operation == 0 and current is None):
+                raise SessionNotFoundError(f"Session {session.id} not found.") from None
+            if operation == 0:
+                raise StaleSessionError(
+                    "The session has been modified in storage since it was loaded; reload "
+                    "it with get_session and apply the change again.") from None
+            raise
+        except NotFound:  # an app or user thread went missing: make them and retry
+            self._scopes.clear()
+            await self._ensure(app_thread(session.app_name))
+            await self._ensure(user_thread(session.app_name, session.user_id))
+            results = await self.client.batch(ops)
+        session._storage_update_marker = str(_revision(results[1]))
+        session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+    @staticmethod
+    def _role(event: Event) -> str:
+        """The message role an event is stored under: its content's role, else `event`."""
+        role = event.content.role if event.content is not None else None
+        return role[:64] if isinstance(role, str) and role and role.isprintable() else "event"
