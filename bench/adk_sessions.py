@@ -1,0 +1,140 @@
+"""ADK sessions: Google ADK's `DatabaseSessionService` in-process against agentstate's
+`AgentStateSessionService` over HTTP, on the same Postgres server, one 400-turn session
+each (two events a turn: the user's message, the model's answer with a state delta).
+
+    .venv/bin/python -m bench.adk_sessions [--turns 400] [--reads 5]
+
+Reports the median (and p90) `append_event` latency over turns 1-10 and over the last ten
+turns, per event and per turn (two events), and the median time of a `get_session` of the
+whole session (all 2 x turns events), after a 5-turn warm-up session on each service. One
+request at a time: latency, not load. ADK gets a
+database of its own on the same server (its tables would collide with agentstate's `events`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from statistics import median
+from typing import Any
+
+from bench.server import agentstate_server, create_postgres_database, drop_postgres_database, migrate
+from bench.stats import percentile
+
+EARLY = 10
+
+
+def events(turn: int) -> list[Any]:
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    question = Event(invocation_id=f"inv-{turn}", author="user", content=types.Content(
+        role="user", parts=[types.Part(text=f"Question {turn}: what is the price of AAPL?")]))
+    answer = Event(invocation_id=f"inv-{turn}", author="analyst", content=types.Content(
+        role="model", parts=[types.Part(text=f"Answer {turn}: AAPL traded at 189.1 " * 4)]),
+        actions=EventActions(state_delta={"turn": turn, "user:last_turn": turn}))
+    return [question, answer]
+
+
+async def conversation(service: Any, turns: int, reads: int) -> dict[str, Any]:
+    # A short session first, on both services alike, so turns 1-10 measure a new session
+    # and not the first requests of a process (connections, statement caches).
+    warm = await service.create_session(app_name="bench", user_id="u0")
+    for turn in range(1, 6):
+        for event in events(turn):
+            await service.append_event(warm, event)
+    await service.get_session(app_name="bench", user_id="u0", session_id=warm.id)
+    session = await service.create_session(app_name="bench", user_id="u1",
+                                           state={"app:model": "fake", "topic": "prices"})
+    per_event: list[list[float]] = []
+    for turn in range(1, turns + 1):
+        row = []
+        for event in events(turn):
+            start = time.perf_counter()
+            await service.append_event(session, event)
+            row.append(time.perf_counter() - start)
+        per_event.append(row)
+    loads = []
+    for _ in range(reads):
+        start = time.perf_counter()
+        loaded = await service.get_session(app_name="bench", user_id="u1",
+                                           session_id=session.id)
+        loads.append(time.perf_counter() - start)
+        assert loaded is not None and len(loaded.events) == 2 * turns
+        assert loaded.state["turn"] == turns and loaded.state["user:last_turn"] == turns
+
+    def window(rows: list[list[float]]) -> dict[str, float]:
+        flat = sorted(t for row in rows for t in row)
+        turn_times = sorted(sum(row) for row in rows)
+        return {"event_ms": round(median(flat) * 1000, 2),
+                "event_p90_ms": round(percentile(flat, 90) * 1000, 2),
+                "turn_ms": round(median(turn_times) * 1000, 2)}
+
+    return {"early": window(per_event[:EARLY]), "late": window(per_event[-EARLY:]),
+            "get_session_ms": round(median(loads) * 1000, 2), "events": 2 * turns}
+
+
+async def adk(url: str, turns: int, reads: int) -> dict[str, Any]:
+    from google.adk.sessions.database_session_service import DatabaseSessionService
+
+    service = DatabaseSessionService(db_url=url)
+    try:
+        return await conversation(service, turns, reads)
+    finally:
+        await service.close()
+
+
+async def agentstate(base_url: str, turns: int, reads: int) -> dict[str, Any]:
+    from agentstate_client.adk import AgentStateSessionService
+
+    service = AgentStateSessionService(base_url=base_url)
+    try:
+        return await conversation(service, turns, reads)
+    finally:
+        await service.close()
+
+
+def run(turns: int, reads: int) -> dict[str, Any]:
+    ours_db, adk_db = create_postgres_database(), create_postgres_database()
+    try:
+        migrate(ours_db)
+        results = {"turns": turns,
+                   "adk_database_session_service": asyncio.run(adk(adk_db, turns, reads))}
+        with agentstate_server(ours_db, workers=1) as server:
+            results["agentstate_over_http"] = asyncio.run(
+                agentstate(server.base_url, turns, reads))
+        return results
+    finally:
+        drop_postgres_database(ours_db)
+        drop_postgres_database(adk_db)
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = ["| service | append_event turns 1-10 (median / p90 per event, per turn) | "
+             "append_event last 10 turns | get_session of all events |", "|---|---|---|---|"]
+    for name, label in (("adk_database_session_service", "ADK DatabaseSessionService "
+                         "(in-process)"), ("agentstate_over_http", "AgentStateSessionService "
+                                           "(HTTP)")):
+        r = results[name]
+        cells = [f"{r[w]['event_ms']} / {r[w]['event_p90_ms']} ms, {r[w]['turn_ms']} ms"
+                 for w in ("early", "late")]
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} | "
+                     f"{r['get_session_ms']} ms ({r['events']} events) |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--reads", type=int, default=5)
+    args = parser.parse_args()
+    results = run(args.turns, args.reads)
+    print(json.dumps(results, indent=2))
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
