@@ -179,8 +179,9 @@ async def test_created_after_and_threads_by_activity(client: httpx.AsyncClient,
     await append(client, f"{uid}-a", {"role": "user", "content": "2"})
     later = await live(client, f"{uid}-a", created_after=at)
     assert [m["content"] for m in later] == ["2"]
-    assert (await client.get(f"/v1/threads/{uid}-a/messages",
-                             params={"created_after": "yesterday"})).status_code == 422
+    for bad in ("yesterday", "2026-01-01T00:00:00"):  # a time without its offset is ambiguous
+        assert (await client.get(f"/v1/threads/{uid}-a/messages",
+                                 params={"created_after": bad})).status_code == 422
     for name in ("b", "c", "d"):
         await append(client, f"{uid}-{name}", {"role": "user", "content": name})
     await append(client, f"{uid}-b", {"role": "user", "content": "b again"})

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query, Request, Response
@@ -9,6 +8,7 @@ from pydantic import ValidationError
 
 from app.core.pagination import Page
 from app.core.revisions import etag
+from app.core.schemas import AwareTimestamp
 from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, linked
@@ -91,8 +91,9 @@ async def list_messages(
                                             description="Only position < before_seq.")] = None,
     role: Annotated[str | None, Query(min_length=1, max_length=ROLE_MAX)] = None,
     agent_name: str | None = None,
-    created_after: Annotated[datetime | None, Query(
-        description="Only messages stored after this RFC 3339 timestamp.")] = None,
+    created_after: Annotated[AwareTimestamp | None, Query(
+        description="Only messages stored after this RFC 3339 timestamp (with its offset).")
+    ] = None,
 ) -> Page[MessageOut]:
     page = await MessageService(uow, settings).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,

@@ -216,9 +216,9 @@ class MessageRemoval(Strict):
     ids: list[Name] | None = Field(None, min_length=1, max_length=1000)
     last: Annotated[int, Field(ge=1, le=1000)] | None = Field(
         None, description="The last n messages of the live view (pop).")
-    after_seq: Annotated[int, Field(ge=0)] | None = Field(
+    after_seq: Annotated[int, Field(ge=0, le=2**62)] | None = Field(
         None, description="Remove every message whose position is above it.")
-    before_seq: Annotated[int, Field(ge=1)] | None = Field(
+    before_seq: Annotated[int, Field(ge=1, le=2**62)] | None = Field(
         None, description="Remove every message whose position is below it.")
 
 
