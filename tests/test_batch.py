@@ -37,7 +37,7 @@ async def test_operations_answer_as_their_single_requests(client: httpx.AsyncCli
         {"op": "thread.put", "thread_id": uid, "if_none_match": "*",
          "body": {"state": {"step": 1}, "metadata": {"app": "a"}}},
         {"op": "messages.append", "thread_id": uid, "if_match": '"1"',
-         "body": {"messages": [{"role": "user", "content": "hi"},
+         "body": {"messages": [{"id": "first", "role": "user", "content": "hi"},
                                {"role": "model", "item": {"b": 1, "a": 2}}]}},
         {"op": "agent_state.put", "thread_id": uid, "agent_name": "app:x",
          "body": {"state": {"k": 1}}},
@@ -46,13 +46,17 @@ async def test_operations_answer_as_their_single_requests(client: httpx.AsyncCli
         {"op": "thread.patch", "thread_id": uid, "if_match": '"2"',
          "body": {"state": {"step": 2}}},
         {"op": "messages.remove", "thread_id": uid, "body": {"last": 1}},
+        {"op": "messages.redact", "thread_id": uid, "message_id": "first", "if_match": '"4"',
+         "body": {"content": "[redacted]"}},
         {"op": "agent_state.delete", "thread_id": f"{uid}", "agent_name": "app:x",
          "if_match": '"2"'},
     )
     assert response.status_code == 200, response.text
     results = response.json()["results"]
-    assert [r["status"] for r in results] == [201, 201, 201, 200, 200, 200, 204]
-    assert [r["etag"] for r in results] == ['"1"', '"2"', '"1"', '"2"', '"3"', '"4"', None]
+    assert [r["status"] for r in results] == [201, 201, 201, 200, 200, 200, 200, 204]
+    assert [r["etag"] for r in results] == ['"1"', '"2"', '"1"', '"2"', '"3"', '"4"', '"5"',
+                                            None]
+    assert results[6]["body"]["content"] == "[redacted]"
     assert results[1]["body"]["data"][1]["item"] == {"b": 1, "a": 2}
     assert results[5]["body"]["data"][0]["role"] == "model"
     thread = (await client.get(f"/v1/threads/{uid}")).json()
@@ -60,7 +64,7 @@ async def test_operations_answer_as_their_single_requests(client: httpx.AsyncCli
     assert (await client.get(f"/v1/threads/{uid}/agents/app:x/state")).status_code == 404
     assert await events(app, uid) == [
         "thread.created", "message.appended", "agent_state.created", "agent_state.updated",
-        "thread.updated", "message.removed", "agent_state.deleted"]
+        "thread.updated", "message.removed", "message.redacted", "agent_state.deleted"]
 
 
 async def test_a_refused_operation_writes_nothing(client: httpx.AsyncClient, app: FastAPI,

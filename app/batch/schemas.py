@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from app.agent_states.schemas import AgentStatePatch, AgentStateReplace
 from app.core.schemas import Name, Strict
-from app.messages.schemas import MessageBatch, MessageRemoval
+from app.messages.schemas import MessageBatch, MessageRedaction, MessageRemoval
 from app.threads.schemas import ThreadPatch, ThreadReplace
 
 MAX_OPERATIONS = 100
@@ -48,6 +48,12 @@ class MessagesRemove(_Operation):
     body: MessageRemoval
 
 
+class MessagesRedact(_Operation):
+    op: Literal["messages.redact"]
+    message_id: Name
+    body: MessageRedaction
+
+
 class _AgentOperation(_Operation):
     agent_name: Name
 
@@ -68,8 +74,8 @@ class AgentStateDelete(_AgentOperation):
 
 
 Operation = Annotated[
-    ThreadPut | ThreadPatchOp | ThreadDelete | MessagesAppend | MessagesRemove | AgentStatePut
-    | AgentStatePatchOp | AgentStateDelete,
+    ThreadPut | ThreadPatchOp | ThreadDelete | MessagesAppend | MessagesRemove | MessagesRedact
+    | AgentStatePut | AgentStatePatchOp | AgentStateDelete,
     Field(discriminator="op"),
 ]
 

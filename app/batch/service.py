@@ -21,6 +21,7 @@ from app.batch.schemas import (
     BatchIn,
     BatchOut,
     MessagesAppend,
+    MessagesRedact,
     MessagesRemove,
     OperationResult,
     ThreadDelete,
@@ -98,6 +99,11 @@ class BatchService:
             removed = await MessageService(uow, settings).remove(op.thread_id, op.body, pre)
             return OperationResult(status=200, etag=etag(removed.thread_revision),
                                    body=removed.model_dump(mode="json"))
+        if isinstance(op, MessagesRedact):
+            message, revision = await MessageService(uow, settings).redact(
+                op.thread_id, op.message_id, op.body, pre)
+            return OperationResult(status=200, etag=etag(revision),
+                                   body=message.model_dump(mode="json"))
         states = AgentStateService(uow, settings)
         if isinstance(op, AgentStatePut):
             state, created = await states.replace(op.thread_id, op.agent_name, op.body, pre)

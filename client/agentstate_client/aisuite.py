@@ -29,8 +29,9 @@ text is gone from the server, not hidden), and removes messages the state no lon
 trimmed history), re-appending from the first message whose role or tool fields changed.
 `revision=None` overwrites whatever is stored, messages others appended included, as in
 aisuite. A save that only appends is one request and one revision; one that edits or trims
-takes one revision per request it needs, and so does a save with more than 100 new messages
-(an imported conversation), whose leading ones go ahead as conditional appends. A message
+is one `POST /v1/batch` (all of it or nothing) that takes a revision per operation, and a first
+save with more than 100 messages (an imported conversation) sends the leading ones ahead as
+conditional appends. A message
 under a live compaction (its summary shows in `load_state`) cannot be edited or dropped:
 revert the compaction first (`MessageCompacted`). The store keeps a copy of each thread's
 messages as it last saved or loaded them, to see what changed.
@@ -260,42 +261,73 @@ class AgentStateStore:
 
     def _write(self, thread_id: str, payload: dict[str, Any], messages: list[dict[str, Any]],
                metadata: dict[str, Any] | None, known: _Log | None) -> tuple[Thread, _Log]:
-        """Make the thread's log equal `messages` and store the state, each request
-        conditional on the revision the previous one made; the last is the PUT of the state
-        with the messages still to append."""
+        """Make the thread's log equal `messages` and store the state. A save that only
+        appends is one PUT; one that also edits or removes messages is one `POST /v1/batch`,
+        all or nothing, each operation conditional on the revision the one before made."""
         if known is None:
-            kept_ids: list[str] = []
-            kept: list[dict[str, Any]] = []
-            tail = 0
-            revision = None
-        else:
-            kept_ids, kept, tail, revision = self._edit(thread_id, messages, known)
+            return self._create(thread_id, payload, messages, metadata)
+        tail, redact = self._diff(known.messages, messages)
         ids = _new_ids(len(messages) - tail)
         new = [{**to_log_message(m), "id": i} for m, i in zip(messages[tail:], ids)]
         chunks = [new[i:i + BATCH] for i in range(0, len(new), BATCH)] or [[]]
-        if revision is None:
+        gone = known.ids[tail:]
+        revision = known.revision
+        state: dict[str, Any] = {"state": payload}
+        if metadata is not None:
+            state["metadata"] = metadata
+        if not redact and not gone:
+            for chunk in chunks[:-1]:
+                revision = self.client.append_messages(thread_id, chunk,
+                                                       if_match=revision).thread_revision
             thread = self.client.put_thread(thread_id, payload, metadata=metadata,
-                                            create_only=True, append_messages=chunks.pop(0))
-            revision = thread.revision
-        for chunk in chunks[:-1] if chunks else []:
+                                            if_match=revision, append_messages=chunks[-1])
+        else:
+            ops: list[dict[str, Any]] = []
+            for i, values in redact:
+                ops.append({"op": "messages.redact", "thread_id": thread_id,
+                            "message_id": known.ids[i], "body": values})
+            ops += [{"op": "messages.remove", "thread_id": thread_id,
+                     "body": {"ids": gone[start:start + REMOVE]}}
+                    for start in range(0, len(gone), REMOVE)]
+            ops += [{"op": "messages.append", "thread_id": thread_id,
+                     "body": {"messages": chunk}} for chunk in chunks[:-1]]
+            ops.append({"op": "thread.put", "thread_id": thread_id,
+                        "body": {**state, "append_messages": chunks[-1]} if chunks[-1]
+                        else state})
+            for offset, op in enumerate(ops):  # each operation makes exactly one revision
+                op["if_match"] = f'"{revision + offset}"'
+            thread = Thread.from_json(self.client.batch(ops)[-1]["body"])
+        kept = list(known.messages[:tail])
+        for i, _ in redact:
+            kept[i] = copy.deepcopy(messages[i])
+        log = _Log(thread.revision, known.ids[:tail] + ids,
+                   kept + [copy.deepcopy(m) for m in messages[tail:]])
+        return thread, log
+
+    def _create(self, thread_id: str, payload: dict[str, Any], messages: list[dict[str, Any]],
+                metadata: dict[str, Any] | None) -> tuple[Thread, _Log]:
+        """A first save: create-only, with more than a request's messages as conditional
+        appends before the last PUT."""
+        ids = _new_ids(len(messages))
+        new = [{**to_log_message(m), "id": i} for m, i in zip(messages, ids)]
+        chunks = [new[i:i + BATCH] for i in range(0, len(new), BATCH)] or [[]]
+        thread = self.client.put_thread(thread_id, payload, metadata=metadata,
+                                        create_only=True, append_messages=chunks.pop(0))
+        revision = thread.revision
+        for chunk in chunks[:-1]:
             revision = self.client.append_messages(thread_id, chunk,
                                                    if_match=revision).thread_revision
         if chunks:
             thread = self.client.put_thread(thread_id, payload, metadata=metadata,
                                             if_match=revision, append_messages=chunks[-1])
-        log = _Log(thread.revision, kept_ids + ids,
-                   kept + [copy.deepcopy(m) for m in messages[tail:]])
-        return thread, log
+        return thread, _Log(thread.revision, ids, [copy.deepcopy(m) for m in messages])
 
-    def _edit(self, thread_id: str, messages: list[dict[str, Any]],
-              known: _Log) -> tuple[list[str], list[dict[str, Any]], int, int]:
-        """Bring the stored log in line with `messages` up to the point from which they are
-        appended: redact what changed in place, remove what is gone. Returns the ids and
-        copies of the messages kept, how many of `messages` they are, and the revision."""
-        revision = known.revision
-        stored = known.messages
+    @staticmethod
+    def _diff(stored: list[dict[str, Any]], messages: list[dict[str, Any]]
+              ) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+        """How many of `messages` the stored log keeps (from there on it is replaced), and
+        the kept ones to redact with the members that changed."""
         common = min(len(stored), len(messages))
-        tail = common
         redact: list[tuple[int, dict[str, Any]]] = []
         for i in range(common):
             if stored[i] == messages[i]:
@@ -303,21 +335,10 @@ class AgentStateStore:
             old, new = to_log_message(stored[i]), to_log_message(messages[i])
             rest = [{k: v for k, v in m.items() if k not in REDACTABLE} for m in (old, new)]
             if rest[0] != rest[1]:
-                tail = i  # a different role or tool fields: re-append from here
-                break
+                return i, redact  # a different role or tool fields: re-append from here
             redact.append((i, {k: new.get(k, {} if k == "metadata" else None)
                                for k in REDACTABLE if old.get(k) != new.get(k)}))
-        ids, kept = list(known.ids[:tail]), list(stored[:tail])
-        for i, values in redact:
-            self.client.redact_message(thread_id, ids[i], fields=list(values),
-                                       if_match=revision, **values)
-            revision += 1  # If-Match held: the redaction made exactly the next revision
-            kept[i] = copy.deepcopy(messages[i])
-        gone = known.ids[tail:]
-        for start in range(0, len(gone), REMOVE):
-            revision = self.client.remove_messages(
-                thread_id, ids=gone[start:start + REMOVE], if_match=revision).thread_revision
-        return ids, kept, tail, revision
+        return common, redact
 
     def _stored(self, thread: Thread, state: RunState) -> StoredRunState:
         return self._stored_run_state(

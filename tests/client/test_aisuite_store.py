@@ -338,3 +338,28 @@ def test_concurrent_saves_from_one_revision_one_wins(server: ServerProcess, uid:
     finally:
         for store in stores:
             store.close()
+
+
+@pytest.mark.slow
+def test_an_editing_save_is_all_or_nothing(server: ServerProcess, store: AgentStateStore,
+                                           uid: str) -> None:
+    """The edit of m0 and the removal of a compaction's summary go in one batch: the refused
+    removal takes the edit back with it."""
+    from agentstate_client.errors import MessageCompacted
+
+    thread_id = f"atom-{uid}"
+    store.save_state(thread_id, run_state([{"role": "user", "content": f"m{i}"}
+                                           for i in range(4)]))
+    with AgentStateClient(server.base_url) as client:
+        ids = [m.id for m in client.iter_messages(thread_id)]
+        client.create_compaction(thread_id, ids[2:4], {"role": "assistant", "content": "sum"})
+    loaded = store.load_state(thread_id)
+    assert [m["content"] for m in loaded.state.messages] == ["m0", "m1", "sum"]
+    edited = [{**loaded.state.messages[0], "content": "edited"}]
+    with pytest.raises(MessageCompacted):
+        store.save_state(thread_id, run_state(edited), revision=loaded.revision)
+    fresh = AgentStateStore(base_url=server.base_url)
+    again = fresh.load_state(thread_id)
+    fresh.close()
+    assert [m["content"] for m in again.state.messages] == ["m0", "m1", "sum"]
+    assert again.revision == loaded.revision

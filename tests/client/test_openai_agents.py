@@ -14,7 +14,7 @@ import httpx
 import pytest
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.openai_agents import AgentStateSession
-from agents import Agent, Runner, SQLiteSession, function_tool
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
@@ -76,9 +76,11 @@ def script() -> list[list[Any]]:
 async def run_conversation(session: Any) -> tuple[list[Any], ScriptedModel]:
     model = ScriptedModel(script())
     agent = Agent(name="analyst", instructions="Be terse.", model=model, tools=[lookup])
-    first = await Runner.run(agent, "Price of AAPL?", session=session)
+    # No tracing: it would start the SDK's exporter thread (and try to reach OpenAI).
+    config = RunConfig(tracing_disabled=True)
+    first = await Runner.run(agent, "Price of AAPL?", session=session, run_config=config)
     assert first.final_output == "AAPL is 189.1"
-    second = await Runner.run(agent, "What did I ask?", session=session)
+    second = await Runner.run(agent, "What did I ask?", session=session, run_config=config)
     assert second.final_output == "You asked about AAPL."
     return await session.get_items(), model
 
