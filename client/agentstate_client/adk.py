@@ -10,8 +10,8 @@ How ADK's data is kept (ids through `agentstate_client.ids.join_ids`, like every
   its messages, each event stored verbatim as the message's `item` (as ADK's own database
   service serialises it: `model_dump(mode="json", exclude_none=True)`), under the message id
   `encode_id(event.id)`; its session-scoped state is the thread's `state`, its
-  `metadata` says whose session it is, and its `updated_at` is the session's
-  `last_update_time` (the server's clock);
+  `metadata` says whose session it is and its `last_update_time` (the last event's
+  timestamp, as ADK's services keep it);
 - `app:` state is the state of the thread `join_ids("adk-app", app_name)`, `user:` state
   that of `join_ids("adk-user", app_name, user_id)`; `temp:` state is never stored.
 - State values are stored one-element arrays (`{"step": [3]}`): a merge-patch then replaces
@@ -19,8 +19,8 @@ How ADK's data is kept (ids through `agentstate_client.ids.join_ids`, like every
   state delta is applied in the database without reading the state first.
 
 Every write is one `POST /v1/batch`, all or nothing: `append_event` appends the event
-conditionally on the session's revision (`If-Match`), patches the session's state (when the
-event changes it), and the app's and user's state, in that order (every batch takes its threads in the same
+conditionally on the session's revision (`If-Match`), patches the session's state and
+`last_update_time`, and the app's and user's state, in that order (every batch takes its threads in the same
 order, so concurrent ones cannot deadlock). The revision travels in the session object
 (`Session._storage_update_marker`, where ADK's database service keeps its own), so a write
 from a session object that another writer has overtaken raises ADK's `StaleSessionError`
@@ -30,6 +30,7 @@ and writes nothing.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +164,8 @@ class AgentStateSessionService(BaseSessionService):
         meta = thread.metadata
         session = Session(app_name=meta["app_name"], user_id=meta["user_id"],
                           id=meta["session_id"], state=unwrap(thread.state), events=events,
-                          last_update_time=thread.updated_at.timestamp())
+                          last_update_time=meta.get("last_update_time",
+                                                   thread.created_at.timestamp()))
         session._storage_update_marker = str(thread.revision)
         return session
 
@@ -175,7 +177,7 @@ class AgentStateSessionService(BaseSessionService):
         await self._ensure(app_thread(app_name))
         await self._ensure(user_thread(app_name, user_id))
         metadata = {"adk": "session", "app_name": app_name, "user_id": user_id,
-                    "session_id": session_id}
+                    "session_id": session_id, "last_update_time": time.time()}
         try:
             results = await self.client.batch([
                 {"op": "thread.put", "thread_id": session_thread(app_name, user_id, session_id),
@@ -283,10 +285,11 @@ class AgentStateSessionService(BaseSessionService):
              "body": {"messages": [{"id": encode_id(event.id), "role": self._role(event),
                                     "content": None, "item": item}]}},
         ]
-        if deltas["session"]:
-            ops.append({"op": "thread.patch", "thread_id": thread_id,
-                        "if_match": f'"{revision + 1}"',
-                        "body": {"state": wrap(deltas["session"])}})
+        # The event's time is the session's `last_update_time`, as in ADK's services.
+        ops.append({"op": "thread.patch", "thread_id": thread_id,
+                    "if_match": f'"{revision + 1}"',
+                    "body": {"state": wrap(deltas["session"]),
+                             "metadata": {"last_update_time": event.timestamp}}})
         session_ops = len(ops)
         ops += self._scope_ops(session.app_name, session.user_id, deltas)
         try:

@@ -163,3 +163,35 @@ async def test_sessions_of_many_events(api: AsyncAgentStateClient, uid: str) -> 
         want = await memory.get_session(app_name=uid, user_id="u", session_id="long",
                                         config=config)
         assert view(got) == view(want)
+
+
+async def test_an_event_with_every_field_reads_back_equal(api: AsyncAgentStateClient,
+                                                          uid: str) -> None:
+    """ADK's contract: the session read back equals the one the event was appended to (its
+    events, state, revision marker and last_update_time, which is the event's time)."""
+    service = AgentStateSessionService(client=api)
+    session = await service.create_session(app_name=uid, user_id="u", state={"k": "v"})
+    created_at = session.last_update_time
+    rich = Event(
+        invocation_id="inv", author="agent", branch="root.sub", timestamp=created_at + 10,
+        content=types.Content(role="model", parts=[
+            types.Part(text="calling"),
+            types.Part(function_call=types.FunctionCall(id="fc1", name="lookup",
+                                                        args={"q": "AAPL", "n": [1, 2]}))]),
+        actions=EventActions(skip_summarization=True, state_delta={"k": "w", "user:u": 1},
+                             artifact_delta={"report.txt": 2}, transfer_to_agent="other",
+                             escalate=True),
+        long_running_tool_ids={"fc1"}, error_code="E1", error_message="boom",
+        interrupted=True, custom_metadata={"z": 1, "a": [None, {"b": 2}]},
+        grounding_metadata=types.GroundingMetadata(web_search_queries=["aapl price"]),
+        usage_metadata=types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=3, candidates_token_count=4, total_token_count=7),
+        input_transcription=types.Transcription(text="in", finished=True),
+        output_transcription=types.Transcription(text="out", finished=False),
+    )
+    await service.append_event(session, rich)
+    assert session.last_update_time == pytest.approx(created_at + 10)
+    again = await service.get_session(app_name=uid, user_id="u", session_id=session.id)
+    assert again == session
+    assert again.last_update_time == pytest.approx(created_at + 10)
+    assert again.state == {"k": "w", "user:u": 1}
