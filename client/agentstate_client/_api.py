@@ -317,17 +317,20 @@ class _Api:
 
     @operation
     def batch(self, operations: Sequence[Mapping[str, Any]], *,
-              idempotency_key: str | None = None) -> Op[list[JsonObject]]:
+              idempotency_key: str | None = None,
+              keyed: bool = True) -> Op[list[JsonObject]]:
         """Apply up to 100 operations (`{"op": "thread.put" | "thread.patch" |
         "thread.delete" | "messages.append" | "messages.remove" | "agent_state.put" |
         "agent_state.patch" | "agent_state.delete", "thread_id", "agent_name"?, "if_match"?,
         "if_none_match"?, "body"?}`) in one transaction: all or nothing. Returns each
         operation's `{"status", "etag"?, "body"?}`. A refused operation raises its error (as
         its single request would), with its index in `error.problem["operation"]`; nothing of
-        the batch is written then. Retried safely under an `Idempotency-Key`."""
+        the batch is written then. Retried safely under an `Idempotency-Key`; `keyed=False`
+        sends none (cheaper, for batches that are safe to repeat by themselves, e.g. appends
+        of client-chosen message ids) and then never retries."""
         data = yield from self._core.json(Request(
             "POST", "/v1/batch", json={"operations": [dict(op) for op in operations]},
-            headers=_idempotency(idempotency_key)))
+            headers=_idempotency(idempotency_key) if keyed else {}))
         return list(data["results"])
 
     # Compactions -------------------------------------------------------------------------

@@ -195,3 +195,34 @@ async def test_an_event_with_every_field_reads_back_equal(api: AsyncAgentStateCl
     assert again == session
     assert again.last_update_time == pytest.approx(created_at + 10)
     assert again.state == {"k": "w", "user:u": 1}
+
+
+class LosesFirstBatchAnswer(httpx.AsyncBaseTransport):
+    """Delivers every request; the answer to the first append's batch is lost on the way
+    back (after the server committed it)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if b'"messages.append"' in request.content and not self.lost:
+            self.lost += 1
+            await response.aread()
+            raise httpx.ReadError("connection reset", request=request)
+        return response
+
+
+async def test_an_append_whose_answer_was_lost_is_stored_once(app: FastAPI, uid: str) -> None:
+    transport = LosesFirstBatchAnswer(app)
+    async with AsyncAgentStateClient("http://agentstate.test", transport=transport,
+                                     backoff=0.01) as client:
+        service = AgentStateSessionService(client=client)
+        session = await service.create_session(app_name=uid, user_id="u", session_id="s")
+        await service.append_event(session, event(1, delta={"k": 1}))
+        await service.append_event(session, event(2, role="model"))
+        assert transport.lost == 1
+        stored = await service.get_session(app_name=uid, user_id="u", session_id="s")
+    assert [e.id for e in stored.events] == ["e-1", "e-2"] and stored.state == {"k": 1}
+    assert stored == session
