@@ -171,3 +171,39 @@ async def test_concurrent_batches_never_lose_an_update(app: FastAPI, uid: str) -
                                    params={"limit": 100})).json()["data"]
         assert [(s["revision"], s["state"]) for s in states] == [(rounds, {"round": rounds - 1})
                                                                  ] * writers
+
+
+@pytest.mark.postgres_only(reason="a deadlock between two transactions is Postgres's to detect")
+async def test_a_deadlock_is_a_503_to_retry_and_writes_nothing(client: httpx.AsyncClient,
+                                                              database_url: str,
+                                                              uid: str) -> None:
+    """A batch that takes two threads in one order against a transaction that takes them in
+    the other: Postgres breaks the deadlock by rolling back the batch, which waited first."""
+    from tests.support import pg_connect, wait_until_blocked
+
+    for name in ("a", "b"):
+        await client.put(f"/v1/threads/{uid}-{name}", json={"state": {}})
+    other = await pg_connect(database_url)
+    try:
+        async with other.transaction():
+            await other.execute("SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE",
+                                f"{uid}-b")
+            ops = [{"op": "thread.patch", "thread_id": f"{uid}-{name}", "if_match": "*",
+                    "body": {"state": {"by": "batch"}}} for name in ("a", "b")]
+            batch_task = asyncio.ensure_future(batch(client, *ops))
+            await wait_until_blocked(database_url, other.get_server_pid())
+            # Now take a while the batch holds it and waits for b: a deadlock.
+            try:
+                await other.execute("SELECT 1 FROM threads WHERE thread_id = $1 FOR UPDATE",
+                                    f"{uid}-a")
+            finally:
+                response = await batch_task
+    finally:
+        await other.close()
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "0"
+    for name in ("a", "b"):
+        thread = (await client.get(f"/v1/threads/{uid}-{name}")).json()
+        assert thread["state"] == {} and thread["revision"] == 1
+    again = await batch(client, *ops)
+    assert again.status_code == 200, again.text

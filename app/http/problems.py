@@ -26,6 +26,9 @@ from app.db.diagnosis import diagnose
 # connection exceptions, 53 insufficient resources (too many connections, disk full, out of
 # memory) and 57P operator intervention (shutting down, starting up).
 _UNAVAILABLE = ("08", "53", "57P")
+# 40P01 deadlock (two batches taking the same rows in opposite orders), 40001 serialization
+# failure: Postgres rolled the transaction back, and the same request retried succeeds.
+_RETRY_NOW = ("40P01", "40001")
 
 # Statements the database cancelled after a wait (a lock held by a stalled peer): the request
 # may succeed when retried, so 503 + Retry-After, with a code of its own.
@@ -176,6 +179,12 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
                 or sqlstate in _TIMEOUTS
                 or diagnose(exc, request.app.state.settings.database_url) is not None):
             return await database_error(request, exc)
+        if sqlstate in _RETRY_NOW:
+            log.warning("transaction rolled back by the database: %s", sqlstate)
+            return problem_response(ServiceUnavailable(
+                "The database rolled this request back to break a deadlock with another; "
+                "nothing was written. Retry it.", headers={"Retry-After": "0"}),
+                request.url.path)
         log.error("unhandled %s", type(exc).__name__, exc_info=exc)
         response = problem_response(AppError("An unexpected error occurred."), request.url.path)
         response.headers["Connection"] = "close"
