@@ -144,6 +144,13 @@ async def test_redaction_overwrites_the_content(client: httpx.AsyncClient, app: 
             select(Event.type).where(Event.thread_id == uid))).scalars().all()
     assert not any(secret in text for text in texts + kept)
     assert "message.redacted" in types
+    # The audit trail answers by type, and says which message, never what it said.
+    feed = await client.get("/v1/events", params={"thread_id": uid,
+                                                  "type": ["message.redacted", "message.removed"]})
+    assert feed.status_code == 200, feed.text
+    assert [(e["type"], e["resource"]) for e in feed.json()["data"]] == [
+        ("message.redacted", f"/v1/threads/{uid}/messages/a")]
+    assert secret not in feed.text
 
 
 async def test_compacted_messages_cannot_be_removed_or_redacted(

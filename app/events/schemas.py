@@ -8,7 +8,7 @@ from app.core.schemas import RowModel, Timestamp
 
 EventType = Literal[
     "thread.created", "thread.updated", "thread.deleted", "thread.forked",
-    "message.appended",
+    "message.appended", "message.removed", "message.redacted",
     "compaction.created", "compaction.reverted",
     "agent_state.created", "agent_state.updated", "agent_state.deleted",
     "mcp_server.created", "mcp_server.updated", "mcp_server.deleted",
