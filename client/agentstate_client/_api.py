@@ -232,8 +232,9 @@ class _Api:
     def append_messages(self, thread_id: str, messages: Sequence[Mapping[str, Any]], *,
                         if_match: ETagValue | None = None,
                         idempotency_key: str | None = None) -> Op[AppendResult]:
-        """Append messages (`{"role", "content", "name"?, "tool_calls"?, "tool_call_id"?,
-        "agent_name"?, "metadata"?, "id"?}`) in order, creating the thread if needed.
+        """Append messages (`{"role", "content", "item"?, "name"?, "tool_calls"?,
+        "tool_call_id"?, "agent_name"?, "metadata"?, "id"?}`) in order, creating the thread if
+        needed. `role` is any short name; `item` any JSON value, kept verbatim.
 
         Always sends an `Idempotency-Key` (yours, or a fresh one kept across retries), so a
         retry after a lost response never stores the messages twice. `if_match` makes the
@@ -249,13 +250,14 @@ class _Api:
                        agent_name: str | None = None, metadata: JsonObject | None = None,
                        name: str | None = None, tool_calls: list[Any] | None = None,
                        tool_call_id: str | None = None, id: str | None = None,
-                       if_match: ETagValue | None = None,
+                       item: Any = None, if_match: ETagValue | None = None,
                        idempotency_key: str | None = None) -> Op[Message]:
         """Append one message and return it as stored (with `id`, `seq`, `created_at`).
+        `item` is any JSON value, kept verbatim (a framework's own record).
         Retries and idempotency as `append_messages`."""
         message = {"role": role, "content": content, **drop_none(
             agent_name=agent_name, metadata=metadata, name=name, tool_calls=tool_calls,
-            tool_call_id=tool_call_id, id=id)}
+            tool_call_id=tool_call_id, id=id, item=item)}
         result = yield from _Api.append_messages.steps(
             self, thread_id, [message], if_match=if_match, idempotency_key=idempotency_key)
         return result.data[0]
