@@ -67,7 +67,7 @@ async def test_pop_trim_and_remove_by_id(client: httpx.AsyncClient, app: FastAPI
     await append(client, uid, *({"id": f"m{i}", "role": "user", "content": f"text {i}"}
                                 for i in range(1, 9)))
     before = await revision(client, uid)
-    popped = await client.post(f"/v1/threads/{uid}/messages/remove", json={"last": 2})
+    popped = await client.post(f"/v1/threads/{uid}/messages:remove", json={"last": 2})
     assert popped.status_code == 200, popped.text
     body = popped.json()
     assert [m["id"] for m in body["data"]] == ["m7", "m8"]
@@ -76,7 +76,7 @@ async def test_pop_trim_and_remove_by_id(client: httpx.AsyncClient, app: FastAPI
     gone = await client.delete(f"/v1/threads/{uid}/messages/m4",
                                headers={"If-Match": f'"{before + 1}"'})
     assert gone.status_code == 200 and [m["id"] for m in gone.json()["data"]] == ["m4"]
-    trimmed = await client.post(f"/v1/threads/{uid}/messages/remove", json={"before_seq": 3})
+    trimmed = await client.post(f"/v1/threads/{uid}/messages:remove", json={"before_seq": 3})
     assert [m["id"] for m in trimmed.json()["data"]] == ["m1", "m2"]
     assert [m["id"] for m in await live(client, uid)] == ["m3", "m5", "m6"]
     thread = (await client.get(f"/v1/threads/{uid}")).json()
@@ -86,19 +86,19 @@ async def test_pop_trim_and_remove_by_id(client: httpx.AsyncClient, app: FastAPI
     assert new.json()["data"][0]["seq"] == 9
     # Removing nothing takes no revision; a missing id is 404 and removes nothing.
     current = await revision(client, uid)
-    nothing = await client.post(f"/v1/threads/{uid}/messages/remove", json={"after_seq": 100})
+    nothing = await client.post(f"/v1/threads/{uid}/messages:remove", json={"after_seq": 100})
     assert nothing.json() == {"data": [], "thread_revision": current}
-    missing = await client.post(f"/v1/threads/{uid}/messages/remove", json={"ids": ["m3", "m1"]})
+    missing = await client.post(f"/v1/threads/{uid}/messages:remove", json={"ids": ["m3", "m1"]})
     assert missing.status_code == 404
     assert [m["id"] for m in await live(client, uid)][:1] == ["m3"]
     assert await revision(client, uid) == current
     # Stale If-Match: 412, nothing removed.
-    stale = await client.post(f"/v1/threads/{uid}/messages/remove", json={"last": 1},
+    stale = await client.post(f"/v1/threads/{uid}/messages:remove", json={"last": 1},
                               headers={"If-Match": '"1"'})
     assert stale.status_code == 412 and stale.json()["current_revision"] == current
     assert len(await live(client, uid)) == 4
     for bad in ({}, {"last": 1, "ids": ["m3"]}, {"last": 0}, {"ids": []}, {"last": 1, "x": 1}):
-        response = await client.post(f"/v1/threads/{uid}/messages/remove", json=bad)
+        response = await client.post(f"/v1/threads/{uid}/messages:remove", json=bad)
         assert response.status_code == 422, bad
     # The rows are gone from the database, and the audit trail names no content.
     async with app.state.db.read() as connection:
@@ -163,8 +163,8 @@ async def test_compacted_messages_cannot_be_removed_or_redacted(
     assert made.status_code == 201, made.text
     current = await revision(client, uid)
     for method, path, body in (
-            ("POST", "messages/remove", {"ids": ["m2"]}),
-            ("POST", "messages/remove", {"before_seq": 4}),
+            ("POST", "messages:remove", {"ids": ["m2"]}),
+            ("POST", "messages:remove", {"before_seq": 4}),
             ("DELETE", "messages/s", None),
             ("PATCH", "messages/m1", {"content": "x"})):
         response = await client.request(method, f"/v1/threads/{uid}/{path}", json=body)
@@ -174,7 +174,7 @@ async def test_compacted_messages_cannot_be_removed_or_redacted(
     # After the compaction is reverted, the run can go.
     assert (await client.delete(f"/v1/threads/{uid}/compactions/{made.json()['id']}")
             ).status_code == 204
-    removed = await client.post(f"/v1/threads/{uid}/messages/remove", json={"before_seq": 3})
+    removed = await client.post(f"/v1/threads/{uid}/messages:remove", json={"before_seq": 3})
     assert [m["id"] for m in removed.json()["data"]] == ["m1", "m2", "s"]
     assert [m["id"] for m in await live(client, uid)] == ["m3", "m4"]
 

@@ -68,6 +68,11 @@ OPERATION_IDS = {
     ("patch", "/v1/mcp-servers/{server_name}"): "patchMcpServer",
     ("delete", "/v1/mcp-servers/{server_name}"): "deleteMcpServer",
     ("get", "/v1/events"): "listEvents",
+    # Issue 16.
+    ("post", "/v1/threads/{thread_id}/messages:remove"): "removeMessages",
+    ("delete", "/v1/threads/{thread_id}/messages/{message_id}"): "deleteMessage",
+    ("patch", "/v1/threads/{thread_id}/messages/{message_id}"): "redactMessage",
+    ("post", "/v1/batch"): "runBatch",
 }
 
 

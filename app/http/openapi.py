@@ -38,6 +38,8 @@ TAGS = [
     {"name": "agent states", "description": "The state of each agent within a thread."},
     {"name": "mcp servers", "description": "State and encrypted secrets of MCP servers."},
     {"name": "events", "description": "The audit log of committed changes, in commit order."},
+    {"name": "batch", "description": "Operations on threads, messages and agent states in one "
+                                     "transaction, all or nothing."},
 ]
 
 # An entity-tag list (RFC 9110 section 8.8.3) or `*`; opaque tags of visible ASCII.
@@ -60,6 +62,14 @@ EXAMPLES: dict[str, Any] = {
     "patchAgentState": {"state": {"cursor": 1}},
     "putMcpServer": {"server_type": "broker", "state": {"session": "s-1"}},
     "patchMcpServer": {"state": {"session": "s-2"}},
+    "removeMessages": {"last": 1},
+    "redactMessage": {"content": "[redacted]"},
+    "runBatch": {"operations": [
+        {"op": "messages.append", "thread_id": "support-42", "if_match": "\"3\"",
+         "body": {"messages": [{"role": "model", "item": {"author": "agent", "id": "e-7"}}]}},
+        {"op": "thread.patch", "thread_id": "support-42", "if_match": "\"4\"",
+         "body": {"state": {"step": "answer"}}},
+    ]},
 }
 
 _REVISIONED = re.compile(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$")

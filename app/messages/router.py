@@ -109,7 +109,7 @@ async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,
     return await MessageService(uow, settings).get(thread_id, message_id)
 
 
-@router.post("/remove", response_model=RemoveOut, responses=responses(404, 409, 410, 412),
+@router.post(":remove", response_model=RemoveOut, responses=responses(404, 409, 410, 412),
              summary="Remove messages: by id, the last n, or a range (trim)")
 async def remove_messages(thread_id: ThreadId, body: MessageRemoval, response: Response,
                           uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
@@ -124,7 +124,7 @@ async def remove_messages(thread_id: ThreadId, body: MessageRemoval, response: R
                responses=responses(404, 409, 410, 412), summary="Remove one message")
 async def delete_message(thread_id: ThreadId, message_id: MessageId, response: Response,
                          uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
-    """As `POST .../remove` with `{"ids": [message_id]}`."""
+    """As `POST .../messages:remove` with `{"ids": [message_id]}`."""
     removed = await MessageService(uow, settings).remove(
         thread_id, MessageRemoval(ids=[message_id]), pre)
     return with_etag(response, removed, removed.thread_revision)

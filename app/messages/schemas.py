@@ -210,7 +210,7 @@ class MessageRedaction(Strict):
 
 
 class MessageRemoval(Strict):
-    """Which messages `POST .../messages/remove` deletes: `ids`, or the last `last` of the
+    """Which messages `POST .../messages:remove` deletes: `ids`, or the last `last` of the
     live view, or those whose position lies after `after_seq` and/or before `before_seq`."""
 
     ids: list[Name] | None = Field(None, min_length=1, max_length=1000)

@@ -293,7 +293,7 @@ class _Api:
         body = drop_none(ids=list(ids) if ids is not None else None, last=last,
                          after_seq=after_seq, before_seq=before_seq)
         return RemoveResult.from_json((yield from self._core.json(Request(
-            "POST", f"{_thread_path(thread_id)}/messages/remove", json=body,
+            "POST", f"{_thread_path(thread_id)}/messages:remove", json=body,
             headers=_conditions(if_match)))))
 
     @operation
