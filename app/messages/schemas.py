@@ -92,6 +92,12 @@ Content = Annotated[
     str | list[dict[str, Any]] | None,
     PlainValidator(_content, json_schema_input_type=str | list[ContentPart] | None),
 ]
+# A redaction's content: its parts are checked against the message's role by the service
+# (the body does not say the role), so the schema promises only objects.
+RedactedContent = Annotated[
+    str | list[dict[str, Any]] | None,
+    PlainValidator(_content, json_schema_input_type=str | list[dict[str, Any]] | None),
+]
 ToolCalls = Annotated[
     list[dict[str, Any]] | None,
     PlainValidator(_tool_calls, json_schema_input_type=list[ToolCall] | None),
@@ -204,7 +210,9 @@ class MessageRedaction(Strict):
     """PATCH of one message: the members sent replace the stored ones (the old values are
     overwritten in the database, not kept aside). `id`, `role`, `seq` and times never change."""
 
-    content: Content = Field(None, description="The new content (checked as on append).")
+    content: RedactedContent = Field(
+        None, description="The new content: a string, an array of content parts (objects; for "
+        "the known roles each with a `type`, checked against the message's role), or null.")
     item: Any = Field(None, description="The new item; null removes it.")
     metadata: JsonObject | None = Field(None, description="The new metadata; null: empty.")
 
