@@ -16,6 +16,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.events.feed import Feed
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
@@ -40,13 +41,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings)
+        feed: Feed | None = None
         install_tenant_guard(db.engine)
         metrics.watch_pool(db.engine)
         try:
             app.state.db = db
             await start(app, settings, db)
+            app.state.feed = feed = Feed(db, settings)
+            await feed.start()
             yield
         finally:
+            if feed is not None:
+                await feed.stop()
             await db.dispose()
             metrics.close()
 
