@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.support import ServerProcess, drain, eventually
+from tests.support import ServerProcess, bearer, create_key, drain, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -380,3 +380,50 @@ async def test_cursors_from_before_the_per_tenant_feed_still_work(
     legacy = encode_cursor("events", [ids[0]])
     rest, _ = await drain(client, legacy)
     assert rest == events[1:]
+
+
+@pytest.mark.slow
+async def test_tenants_have_their_own_feeds_cursors_and_streams(
+        secured_client: httpx.AsyncClient, secured_database_url: str, uid: str) -> None:
+    """Tenant A's seqs are 1, 2, 3, ... whatever B writes; B's writes never move A's cursor
+    or reach A's poll or stream; a stream filters like the list and resumes after
+    Last-Event-ID."""
+    a = bearer(create_key(secured_database_url, f"a-{uid}"))
+    b = bearer(create_key(secured_database_url, f"b-{uid}"))
+    for i in range(3):
+        await secured_client.put(f"/v1/threads/x{i}", json={"state": {}}, headers=b)
+        await secured_client.put(f"/v1/threads/x{i}", json={"state": {}}, headers=a)
+        await secured_client.put(f"/v1/threads/x{i}/agents/p/state", json={"state": {}},
+                                 headers=b)
+    mine = (await secured_client.get("/v1/events", headers=a)).json()
+    assert [e["seq"] for e in mine["data"]] == [1, 2, 3]
+    theirs = (await secured_client.get("/v1/events", headers=b, params={"limit": 100})).json()
+    assert [e["seq"] for e in theirs["data"]] == list(range(1, 7))
+    for i in range(5):
+        await secured_client.put(f"/v1/threads/y{i}", json={"state": {}}, headers=b)
+    again = (await secured_client.get("/v1/events", headers=a,
+                                      params={"cursor": mine["next_cursor"]})).json()
+    assert again == {"data": [], "next_cursor": mine["next_cursor"], "has_more": False}
+    quiet = (await secured_client.get("/v1/events", headers=a, params={
+        "cursor": mine["next_cursor"], "wait": 0.5})).json()
+    assert quiet["data"] == []
+
+    with ServerProcess(secured_database_url) as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+            http.headers.update(a)
+            await secured_client.put("/v1/threads/x0/agents/q/state", json={"state": {}},
+                                     headers=a)
+            got: list[tuple[str, dict]] = []
+            async for item in sse(http, None, type="agent_state.created",
+                                  resource_prefix="/v1/threads/x0/"):
+                got.append(item)
+                break
+            assert [e["resource"] for _, e in got] == ["/v1/threads/x0/agents/q/state"]
+            await secured_client.put("/v1/threads/x1/agents/r/state", json={"state": {}},
+                                     headers=b)
+            await secured_client.put("/v1/threads/x1/agents/r/state", json={"state": {}},
+                                     headers=a)
+            async for event_id, event in sse(http, got[0][0]):  # resume after Last-Event-ID
+                assert event["resource"] == "/v1/threads/x1/agents/r/state"
+                assert event["seq"] == 5, "A's fifth event; B's writes took none of A's seqs"
+                break

@@ -58,9 +58,9 @@ class Listener:
                     password=self.url.password, database=self.url.database,
                     timeout=self.connect_timeout,
                     server_settings={"application_name": "agentstate-listener"})
-                self._connection.add_termination_listener(lambda _c: lost.set())
+                self._connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await self._connection.add_listener(CHANNEL, self._notified)
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
                 self.connected.clear()
                 log.warning("feed listener cannot connect; retrying",
                             extra={"error": type(exc).__name__, "retry_in": delay})
@@ -75,7 +75,7 @@ class Listener:
             while not lost.is_set() and not self._connection.is_closed():
                 try:  # the EOF of a closed socket is seen here; no query is sent
                     await asyncio.wait_for(lost.wait(), 5.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             self.connected.clear()
             log.warning("feed listener lost its connection; reconnecting")
