@@ -21,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from typing import Any
 
 from app.core.settings import Settings
 from app.db.engine import Database
@@ -41,6 +42,7 @@ class Feed:
         self._heads: dict[str, int] = {}
         self._running: dict[str, bool] = {}  # tenant -> another pass requested
         self._tasks: set[asyncio.Task[None]] = set()
+        self._reads: dict[Hashable, asyncio.Future[Any]] = {}
         self._tick: asyncio.Task[None] | None = None
         self.listener: Listener | None = None
 
@@ -101,6 +103,15 @@ class Feed:
     def wake_all(self) -> None:
         for tenant in list(self._signals):
             self.wake(tenant)
+
+    async def shared(self, key: Hashable, read: Callable[[], Awaitable[Any]]) -> Any:
+        """`read()`, or the result of the same read (same `key`) already in flight: a wake-up
+        of a thousand watchers at one cursor costs one query, not a thousand."""
+        pending = self._reads.get(key)
+        if pending is None:
+            pending = self._reads[key] = asyncio.ensure_future(read())
+            pending.add_done_callback(lambda _f: self._reads.pop(key, None))
+        return await asyncio.shield(pending)
 
     # --- writers --------------------------------------------------------------------------
 

@@ -96,10 +96,20 @@ class EventWatch:
             return await EventService(UnitOfWork(connection, self.principal)).start(cursor,
                                                                                     after)
 
-    async def _page(self, start: int, limit: int, filters: Filters) -> EventPage:
-        async with self.db.read() as connection:
-            return await EventService(UnitOfWork(connection, self.principal)).page(
-                start, limit, filters)
+    async def _page(self, start: int, limit: int, filters: Filters,
+                    signal: asyncio.Event) -> EventPage:
+        async def read() -> EventPage:
+            async with self.db.read() as connection:
+                return await EventService(UnitOfWork(connection, self.principal)).page(
+                    start, limit, filters)
+
+        # Watchers woken together at the same cursor share one read (the page is immutable).
+        # Only watchers holding the same signal share: a read that began before a watcher's
+        # last wake-up may miss what woke it.
+        key = (signal, self.tenant, start, limit, filters.thread_id,
+               tuple(filters.types) if filters.types else None, filters.resource_prefix)
+        page: EventPage = await self.feed.shared(key, read)
+        return page
 
     async def poll(self, *, wait: float, limit: int, cursor: str | None, after: int | None,
                    filters: Filters) -> EventPage:
@@ -110,7 +120,7 @@ class EventWatch:
         with self.feed.watching(self.tenant):
             while True:
                 signal = self.feed.signal(self.tenant)  # before the read: no lost wake-up
-                page = await self._page(start, limit, filters)
+                page = await self._page(start, limit, filters, signal)
                 remaining = deadline - loop.time()
                 if page.data or remaining <= 0:
                     return page
@@ -128,7 +138,7 @@ class EventWatch:
         with self.feed.watching(self.tenant):
             while True:
                 signal = self.feed.signal(self.tenant)
-                page = await self._page(start, 100, filters)
+                page = await self._page(start, 100, filters, signal)
                 for event in page.data:
                     data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
                     yield f"id: {event_cursor(event.seq)}\ndata: {data}\n\n"
