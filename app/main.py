@@ -26,6 +26,7 @@ from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
 from app.ops.startup import start
+from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
 
 ROUTERS = [
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings)
         feed: Feed | None = None
+        sweeper: Sweeper | None = None
         install_tenant_guard(db.engine)
         metrics.watch_pool(db.engine)
         try:
@@ -49,8 +51,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await start(app, settings, db)
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
+            if settings.sweep_enabled:
+                sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
+                sweeper.start()
             yield
         finally:
+            if sweeper is not None:
+                await sweeper.stop()
             if feed is not None:
                 await feed.stop()
             await db.dispose()
