@@ -230,7 +230,7 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
 async def sse(client: httpx.AsyncClient, cursor: str | None, **params: object
               ) -> AsyncIterator[tuple[str, dict]]:
     """(id, event) pairs of `GET /v1/events/stream`, resuming after `cursor`."""
-    headers = {"Last-Event-ID": cursor} if cursor else {}
+    headers = {"Accept": "text/event-stream", **({"Last-Event-ID": cursor} if cursor else {})}
     async with client.stream("GET", "/v1/events/stream", params=params, headers=headers,
                              timeout=httpx.Timeout(60, read=60)) as response:
         assert response.status_code == 200, await response.aread()
@@ -360,8 +360,11 @@ async def test_long_poll_answers_with_the_event_or_the_same_cursor(
     assert [e["resource"] for e in prefixed] == [f"/v1/threads/lp-{uid}"]
     for params in ({"wait": -1}, {"resource_prefix": ""}):
         assert (await client.get("/v1/events", params=params)).status_code == 422
-    bad = await client.get("/v1/events/stream", params={"cursor": "nope"})
+    bad = await client.get("/v1/events/stream", params={"cursor": "nope"},
+                           headers={"Accept": "text/event-stream"})
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor"
+    unasked = await client.get("/v1/events/stream")
+    assert unasked.status_code == 406 and unasked.json()["code"] == "not_acceptable"
 
 
 async def test_cursors_from_before_the_per_tenant_feed_still_work(

@@ -75,7 +75,9 @@ schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
 @pytest.fixture(scope="module")
 def fuzzed_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    with migrated_database(backend, tmp_path_factory) as url, ServerProcess(url) as server:
+    # Long polls (`?wait=`) answer within 0.1 s here, so fuzzing them stays in budget.
+    with migrated_database(backend, tmp_path_factory) as url, ServerProcess(
+            url, env={"AGENTSTATE_EVENTS_MAX_WAIT_SECONDS": "0.1"}) as server:
         yield server.base_url
 
 

@@ -5,6 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
+from app.core.errors import NotAcceptable
 from app.core.schemas import INT64_MAX, NAME_PATTERN
 from app.events.schemas import EventPage, EventType
 from app.events.service import EventWatch, Filters
@@ -43,7 +44,7 @@ async def list_events(
     return page
 
 
-@router.get("/stream", responses=responses(), summary="Watch the change feed (Server-Sent Events)",
+@router.get("/stream", responses=responses(406), summary="Watch the change feed (Server-Sent Events)",
             response_class=StreamingResponse,
             openapi_extra={"responses": {"200": {"content": {"text/event-stream": {}}}}})
 async def stream_events(
@@ -53,10 +54,15 @@ async def stream_events(
     last_event_id: Annotated[str | None, Header(description=(
         "The `id` of the last event received: the stream resumes after it (wins over "
         "`cursor`)."))] = None,
+    accept: Annotated[str | None, Header(description=(
+        "Must name `text/event-stream` (EventSource does): a stream never ends, so a client "
+        "that did not ask for one gets 406."))] = None,
 ) -> StreamingResponse:
     """Every event after the cursor, then each one as it commits, as `text/event-stream`:
     `id:` is the event's cursor, `data:` the event as in `GET /v1/events`; a comment line
     is sent every heartbeat interval while nothing happens."""
+    if "text/event-stream" not in (accept or ""):
+        raise NotAcceptable("GET /v1/events/stream answers only `Accept: text/event-stream`.")
     filters = Filters(thread_id, list(type) if type else None, resource_prefix)
     watch = EventWatch(db, feed, principal, settings)
     start = await watch.start(last_event_id or cursor, after)  # a bad cursor is a 400 here
