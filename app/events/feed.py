@@ -8,12 +8,11 @@ signal is raised when the tenant's feed may have grown:
   NOTIFYs that it numbered the tenant's events;
 - on SQLite, by the write dependency after it commits (and by the tick, for other processes).
 
-Writers call `written(tenant)` after their transaction ends. On Postgres that schedules one
+Writers call `written(tenant)` after they committed events. On Postgres that schedules one
 sequencing pass per tenant (coalesced: while a pass runs, more writes only mark it to run
 again), which numbers what is ready and NOTIFYs every server. A tick every
 `events_tick_seconds` runs a pass for each tenant this process has watchers of, so an event
-whose writer died between its commit and its pass, or that waited behind a transaction that
-wrote no event, is still delivered within a tick.
+whose writer died between its commit and its pass is still delivered within a tick.
 """
 
 from __future__ import annotations
@@ -116,7 +115,7 @@ class Feed:
     # --- writers --------------------------------------------------------------------------
 
     def written(self, tenant: str) -> None:
-        """A write transaction of `tenant` ended in this process."""
+        """A write transaction of `tenant` committed events in this process."""
         if not self.postgres:
             self.wake(tenant)  # its events were numbered by their insert
             return

@@ -131,17 +131,16 @@ async def _read_unit(request: Request, principal: ReadAccess) -> AsyncIterator[U
 
 async def _write_unit(request: Request, principal: WriteAccess) -> AsyncIterator[UnitOfWork]:
     # An exception from the handler leaves the transaction uncommitted: rolled back.
-    feed: Feed = request.app.state.feed
-    try:
-        async with request.app.state.db.write() as connection:
-            uow = UnitOfWork(connection, principal)
-            yield uow
-            await EventRepository(connection, principal.tenant_id).append(principal.actor,
-                                                                          uow.events)
-            await connection.commit()
-    finally:
-        # Committed or not, the transaction has ended: events waiting behind it may be
-        # ready to number now (docs/events.md). Coalesced and in the background.
+    async with request.app.state.db.write() as connection:
+        uow = UnitOfWork(connection, principal)
+        yield uow
+        await EventRepository(connection, principal.tenant_id).append(principal.actor,
+                                                                      uow.events)
+        await connection.commit()
+    if uow.events:
+        # Number the committed events and wake watchers (docs/events.md): coalesced per
+        # tenant and in the background, the response does not wait for it.
+        feed: Feed = request.app.state.feed
         feed.written(principal.tenant_id)
 
 
