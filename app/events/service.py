@@ -114,6 +114,10 @@ class EventWatch:
     async def poll(self, *, wait: float, limit: int, cursor: str | None, after: int | None,
                    filters: Filters) -> EventPage:
         """`list`, but an empty answer waits up to `wait` seconds for an event to commit."""
+        if wait <= 0:  # a plain page: one connection, as any read
+            async with self.db.read() as connection:
+                return await EventService(UnitOfWork(connection, self.principal)).list(
+                    limit=limit, cursor=cursor, after=after, filters=filters)
         start = await self.start(cursor, after)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(wait, self.settings.events_max_wait_seconds)
