@@ -60,8 +60,10 @@ class Listener:
                     server_settings={"application_name": "agentstate-listener"})
                 self._connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await self._connection.add_listener(CHANNEL, self._notified)
-            except (TimeoutError, OSError, asyncpg.PostgresError) as exc:
+            except Exception as exc:  # noqa: BLE001 - whatever failed to connect: retry
                 self.connected.clear()
+                if self._connection is not None and not self._connection.is_closed():
+                    self._connection.terminate()
                 log.warning("feed listener cannot connect; retrying",
                             extra={"error": type(exc).__name__, "retry_in": delay})
                 await asyncio.sleep(delay)
