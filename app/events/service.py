@@ -37,6 +37,14 @@ class Filters:
     resource_prefix: str | None = None
 
 
+@dataclass(frozen=True)
+class Rendered:
+    """A page of the feed, and the same events as Server-Sent Events."""
+
+    page: EventPage
+    sse: str
+
+
 def event_cursor(seq: int) -> str:
     return encode_cursor(CURSOR, [seq])
 
@@ -91,25 +99,41 @@ class EventWatch:
         self.tenant = principal.tenant_id
 
     async def start(self, cursor: str | None, after: int | None) -> int:
-        """The seq a watch starts after (400 for a cursor this feed did not hand out)."""
+        """The seq a watch starts after (400 for a cursor this feed did not hand out). Only
+        a cursor from before the per-tenant feed needs the database."""
+        if cursor is not None:
+            try:
+                (seq,) = decode_cursor(CURSOR, cursor, 1) or (None,)
+            except InvalidCursor:
+                seq = None  # perhaps the older form: EventService.start decides
+            else:
+                if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+                    raise bad_cursor()
+                return seq
+        else:
+            return after or 0
         async with self.db.read() as connection:
             return await EventService(UnitOfWork(connection, self.principal)).start(cursor,
                                                                                     after)
 
     async def _page(self, start: int, limit: int, filters: Filters,
-                    signal: asyncio.Event) -> EventPage:
-        async def read() -> EventPage:
+                    signal: asyncio.Event) -> Rendered:
+        async def read() -> Rendered:
             async with self.db.read() as connection:
-                return await EventService(UnitOfWork(connection, self.principal)).page(
+                page = await EventService(UnitOfWork(connection, self.principal)).page(
                     start, limit, filters)
+            return Rendered(page, "".join(
+                f"id: {event_cursor(event.seq)}\ndata: "
+                f"{json.dumps(event.model_dump(mode='json'), separators=(',', ':'))}\n\n"
+                for event in page.data))
 
-        # Watchers woken together at the same cursor share one read (the page is immutable).
-        # Only watchers holding the same signal share: a read that began before a watcher's
-        # last wake-up may miss what woke it.
+        # Watchers woken together at the same cursor share one read, and its rendering as
+        # SSE (both immutable). Only watchers holding the same signal share: a read that began
+        # before a watcher's last wake-up may miss what woke it.
         key = (signal, self.tenant, start, limit, filters.thread_id,
                tuple(filters.types) if filters.types else None, filters.resource_prefix)
-        page: EventPage = await self.feed.shared(key, read)
-        return page
+        rendered: Rendered = await self.feed.shared(key, read)
+        return rendered
 
     async def poll(self, *, wait: float, limit: int, cursor: str | None, after: int | None,
                    filters: Filters) -> EventPage:
@@ -124,7 +148,7 @@ class EventWatch:
         with self.feed.watching(self.tenant):
             while True:
                 signal = self.feed.signal(self.tenant)  # before the read: no lost wake-up
-                page = await self._page(start, limit, filters, signal)
+                page = (await self._page(start, limit, filters, signal)).page
                 remaining = deadline - loop.time()
                 if page.data or remaining <= 0:
                     return page
@@ -142,11 +166,10 @@ class EventWatch:
         with self.feed.watching(self.tenant):
             while True:
                 signal = self.feed.signal(self.tenant)
-                page = await self._page(start, 100, filters, signal)
-                for event in page.data:
-                    data = json.dumps(event.model_dump(mode="json"), separators=(",", ":"))
-                    yield f"id: {event_cursor(event.seq)}\ndata: {data}\n\n"
+                rendered = await self._page(start, 100, filters, signal)
+                page = rendered.page
                 if page.data:
+                    yield rendered.sse
                     start = page.data[-1].seq
                 if page.has_more:
                     continue
