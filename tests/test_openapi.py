@@ -68,6 +68,7 @@ OPERATION_IDS = {
     ("patch", "/v1/mcp-servers/{server_name}"): "patchMcpServer",
     ("delete", "/v1/mcp-servers/{server_name}"): "deleteMcpServer",
     ("get", "/v1/events"): "listEvents",
+    ("get", "/v1/events/stream"): "streamEvents",
 }
 
 
@@ -187,7 +188,7 @@ async def test_response_headers_are_declared(spec: dict[str, Any], method: str, 
     assert not any(missing.values()), missing
 
 
-CANONICAL_HEADERS = {"If-Match", "If-None-Match", "Idempotency-Key"}
+CANONICAL_HEADERS = {"If-Match", "If-None-Match", "Idempotency-Key", "Last-Event-ID"}
 
 
 @pytest.mark.parametrize("method, path", OPERATIONS, ids=OP_IDS)

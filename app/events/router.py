@@ -48,20 +48,20 @@ async def list_events(
             response_class=StreamingResponse,
             openapi_extra={"responses": {"200": {"content": {"text/event-stream": {}}}}})
 async def stream_events(
-    principal: ReadAccess, db: DatabaseDep, feed: FeedDep, settings: SettingsDep,
-    cursor: Cursor = None, after: After = None, thread_id: ThreadFilter = None,
-    type: TypeFilter = None, resource_prefix: ResourcePrefix = None,
-    last_event_id: Annotated[str | None, Header(description=(
+    request: Request, principal: ReadAccess, db: DatabaseDep, feed: FeedDep,
+    settings: SettingsDep, cursor: Cursor = None, after: After = None,
+    thread_id: ThreadFilter = None, type: TypeFilter = None,
+    resource_prefix: ResourcePrefix = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", description=(
         "The `id` of the last event received: the stream resumes after it (wins over "
         "`cursor`)."))] = None,
-    accept: Annotated[str | None, Header(description=(
-        "Must name `text/event-stream` (EventSource does): a stream never ends, so a client "
-        "that did not ask for one gets 406."))] = None,
 ) -> StreamingResponse:
     """Every event after the cursor, then each one as it commits, as `text/event-stream`:
     `id:` is the event's cursor, `data:` the event as in `GET /v1/events`; a comment line
     is sent every heartbeat interval while nothing happens."""
-    if "text/event-stream" not in (accept or ""):
+    # A stream never ends: only a client that asks for one (`Accept: text/event-stream`, as
+    # EventSource sends) gets it.
+    if "text/event-stream" not in request.headers.get("accept", ""):
         raise NotAcceptable("GET /v1/events/stream answers only `Accept: text/event-stream`.")
     filters = Filters(thread_id, list(type) if type else None, resource_prefix)
     watch = EventWatch(db, feed, principal, settings)
