@@ -58,10 +58,13 @@ CONFIG = schemathesis.Config.from_dict({
     # documents (ST202 "an unknown id or a cross-field rule"): 400 a cursor this list never
     # handed out (cursors are opaque); 410/412/428 a precondition judged against the stored
     # revision; 422 a rule on stored data (a revision outside the kept history, a compaction
-    # of messages that are not a contiguous live run). Server errors stay failures
+    # of messages that are not a contiguous live run); 406 the event stream to a client that
+    # did not send `Accept: text/event-stream` (a stream never ends, so it is only sent to a
+    # client that asks for one, and a fuzzer never does). Server errors stay failures
     # (not_a_server_error), and so do 413/415 and anything undeclared.
     "checks": {"positive_data_acceptance": {"expected-statuses": [
-        "2xx", "3xx", "400", "401", "403", "404", "409", "410", "412", "422", "428", "429"]}},
+        "2xx", "3xx", "400", "401", "403", "404", "406", "409", "410", "412", "422", "428",
+        "429"]}},
 })
 
 

@@ -20,7 +20,8 @@ After = Annotated[int | None, Query(ge=0, le=INT64_MAX,
 ThreadFilter = Annotated[str | None, Query(pattern=NAME_PATTERN)]
 TypeFilter = Annotated[list[EventType] | None, Query(description="Exact type; repeatable.")]
 ResourcePrefix = Annotated[str | None, Query(
-    min_length=1, max_length=1024, description="Only events whose `resource` starts with this.")]
+    min_length=1, max_length=1024, pattern=r"^[!-~]+$",
+    description="Only events whose `resource` (an ASCII path) starts with this.")]
 
 
 @router.get("", responses=responses(), summary="Page the tenant's change feed")
