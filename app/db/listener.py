@@ -49,7 +49,7 @@ class Listener:
         self.on_notify(payload)
 
     async def _run(self) -> None:
-        delay, first = 0.1, True
+        delay = 0.1
         while True:
             lost = asyncio.Event()
             try:
@@ -71,9 +71,9 @@ class Listener:
                 continue
             delay = 0.1
             self.connected.set()
-            if not first:
-                self.on_reconnect()  # what was notified while we were away is lost
-            first = False
+            # What was notified before we listened (or while we were away) is lost: every
+            # watcher reads again.
+            self.on_reconnect()
             while not lost.is_set() and not self._connection.is_closed():
                 try:  # the EOF of a closed socket is seen here; no query is sent
                     await asyncio.wait_for(lost.wait(), 5.0)

@@ -48,10 +48,6 @@ class Feed:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        if self.postgres:
-            self.listener = Listener(self.settings.database_url, self.wake, self.wake_all,
-                                     self.settings.connect_timeout)
-            self.listener.start()
         self._tick = asyncio.create_task(self._ticking(), name="agentstate-feed-tick")
 
     async def stop(self) -> None:
@@ -77,7 +73,13 @@ class Feed:
 
     @contextlib.contextmanager
     def watching(self, tenant: str) -> Iterator[None]:
-        """Count a watcher of `tenant` while it is open (the tick serves watched tenants)."""
+        """Count a watcher of `tenant` while it is open (the tick serves watched tenants).
+        The first watcher of the process opens the listener connection: a server nobody
+        watches holds none."""
+        if self.postgres and self.listener is None:
+            self.listener = Listener(self.settings.database_url, self.wake, self.wake_all,
+                                     self.settings.connect_timeout)
+            self.listener.start()
         self._watchers[tenant] = self._watchers.get(tenant, 0) + 1
         try:
             yield
