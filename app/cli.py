@@ -396,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_portability(sub)  # export, import, copy, backup
 
+    # Retention (issue 18): `agentstate gc [--dry-run]`.
+    from app.retention.commands import register as register_retention
+
+    register_retention(sub)
+
     secrets = sub.add_parser("secrets", help="keys for MCP server secrets")
     secrets_sub = secrets.add_subparsers(dest="secrets_command", required=True)
     rotate = secrets_sub.add_parser(

@@ -17,6 +17,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.events.feed import Feed
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
@@ -26,6 +27,7 @@ from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
 from app.ops.startup import start
+from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
 
 ROUTERS = [
@@ -41,13 +43,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings)
+        feed: Feed | None = None
+        sweeper: Sweeper | None = None
         install_tenant_guard(db.engine)
         metrics.watch_pool(db.engine)
         try:
             app.state.db = db
             await start(app, settings, db)
+            app.state.feed = feed = Feed(db, settings)
+            await feed.start()
+            if settings.sweep_enabled:
+                sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
+                sweeper.start()
             yield
         finally:
+            if sweeper is not None:
+                await sweeper.stop()
+            if feed is not None:
+                await feed.stop()
             await db.dispose()
             metrics.close()
 

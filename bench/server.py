@@ -76,7 +76,9 @@ def cpu_ticks(pid: int) -> int:
 class Server:
     """A process that serves HTTP on a free loopback port until stopped."""
 
-    def __init__(self, command: list[str], env: dict[str, str], name: str) -> None:
+    def __init__(self, command: list[str], env: dict[str, str], name: str,
+                 cwd: Path = ROOT) -> None:
+        self.cwd = cwd  # the source tree whose `app` runs (bench/feed.py runs an older one)
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.command = [arg.replace("{port}", str(self.port)) for arg in command]
@@ -87,7 +89,7 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> Server:
         self._log = self.log_path.open("wb")
-        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=self._log,
+        self.process = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdout=self._log,
                                         stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from tests.support import ServerProcess, drain, wait_until_blocked
+from tests.support import ServerProcess, bearer, create_key, drain, eventually
 
 pytestmark = pytest.mark.anyio
 
@@ -179,10 +181,11 @@ async def test_poller_sees_every_event_once_under_concurrent_writers(
 
 async def test_an_event_committed_late_is_never_skipped(app, client: httpx.AsyncClient,
                                                         database_url: str, uid: str) -> None:
-    """The case a poller could miss: transaction A has written its event (smaller seq) but
-    not committed, while B writes and commits. B must wait for A, so no reader ever sees
-    B's seq without A's. Without the per-tenant lock B commits first, the poller's cursor
-    moves past A's seq, and A's event is never seen."""
+    """The case a poller could miss: transaction A has written its event but not committed,
+    while B writes its event and commits. On Postgres B does not wait for A (writers take no
+    lock) and a poller sees B's event at once; A's, committed later, is numbered after B's,
+    so the poller's cursor (now past B) still gets it: events come in commit order and a late
+    commit is never skipped. (SQLite serialises writers: B cannot begin before A commits.)"""
     from app.auth.principal import ANONYMOUS, OPEN_TENANT, Principal
     from app.db.unit import UnitOfWork
     from app.events.repository import EventRepository
@@ -210,13 +213,220 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
     await written.wait()  # A has written its event and holds its transaction open
     second = asyncio.create_task(write(f"b-{uid}"))
     if a_pid:
-        # B is parked on A's per-tenant lock: it cannot commit before A, whatever the timing.
-        await wait_until_blocked(database_url, a_pid[0])
+        await second  # B has committed, A still holds its transaction open
     # On SQLite B cannot even begin while A's transaction is open (one writer at a time:
     # this process's write queue, then BEGIN IMMEDIATE), so it takes its seq after A commits
     # and the order is guaranteed without anything to wait for.
     seen, cursor = await drain(client, start)
+    if a_pid:
+        assert [e["thread_id"] for e in seen] == [f"b-{uid}"], "B did not wait for A"
     release.set()
     await asyncio.gather(first, second)
     later, _ = await drain(client, cursor)
-    assert [e["thread_id"] for e in seen + later] == [f"a-{uid}", f"b-{uid}"]
+    committed = [f"b-{uid}", f"a-{uid}"] if a_pid else [f"a-{uid}", f"b-{uid}"]
+    assert [e["thread_id"] for e in seen + later] == committed, "commit order, none skipped"
+
+
+async def sse(client: httpx.AsyncClient, cursor: str | None, **params: object
+              ) -> AsyncIterator[tuple[str, dict]]:
+    """(id, event) pairs of `GET /v1/events/stream`, resuming after `cursor`."""
+    headers = {"Accept": "text/event-stream", **({"Last-Event-ID": cursor} if cursor else {})}
+    async with client.stream("GET", "/v1/events/stream", params=params, headers=headers,
+                             timeout=httpx.Timeout(60, read=60)) as response:
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_id: str | None = None
+        async for line in response.aiter_lines():
+            if line.startswith("id: "):
+                event_id = line[4:]
+            elif line.startswith("data: "):
+                assert event_id is not None
+                yield event_id, json.loads(line[6:])
+
+
+FAULT_WRITERS = 16
+FAULT_WRITES = 12
+
+
+@pytest.mark.slow
+async def test_every_acknowledged_write_seen_once_by_a_poller_and_a_watcher_across_a_crash(
+        database_url: str, uid: str) -> None:
+    """The fault harness: writers on many threads of one tenant across two server processes,
+    a long-polling poller and an SSE watcher running, one server killed (SIGKILL) in the
+    middle and restarted. Every acknowledged write has exactly one event; the poller and the
+    watcher (which resume on the other server when theirs dies) each see every event exactly
+    once, in cursor order, and exactly the log."""
+    one, two = ServerProcess(database_url), ServerProcess(database_url)
+    with one, two:
+        servers = (one, two)
+        clients = [httpx.AsyncClient(base_url=s.base_url, timeout=30,
+                                     limits=httpx.Limits(max_connections=64)) for s in servers]
+        try:
+            _, start = await drain(clients[1])
+            done = asyncio.Event()
+            acknowledged: list[str] = []
+
+            async def writer(i: int) -> None:
+                for j in range(FAULT_WRITES):
+                    path = f"/v1/threads/h{i}-{uid}/agents/a{j}/state"
+                    try:
+                        r = await clients[(i + j) % 2].put(path, json={"state": {"j": j}})
+                    except httpx.TransportError:
+                        continue  # the server died: the outcome is unknown, not acknowledged
+                    if r.status_code == 201:
+                        acknowledged.append(path)
+                    else:
+                        assert r.status_code == 503, r.text
+
+            async def crash() -> None:
+                await eventually(lambda: len(acknowledged) >= FAULT_WRITERS * 3, "writes")
+                assert one.process is not None
+                one.process.kill()
+                one.process.wait()
+                await asyncio.to_thread(one.start)
+
+            async def poller() -> list[dict]:
+                seen: list[dict] = []
+                cursor, k = start, 0
+                while True:
+                    finished = done.is_set()
+                    k += 1
+                    try:
+                        page = await clients[k % 2].get(
+                            "/v1/events", params={"cursor": cursor, "limit": 7, "wait": 2})
+                    except httpx.TransportError:
+                        continue
+                    if page.status_code == 503:
+                        continue
+                    body = page.json()
+                    seen += body["data"]
+                    cursor = body["next_cursor"]
+                    if finished and not body["data"]:
+                        return seen
+
+            watched: list[dict] = []
+
+            async def watcher() -> None:
+                cursor: str | None = start
+                k = 0
+                while True:
+                    try:
+                        async for event_id, event in sse(clients[k % 2], cursor):
+                            watched.append(event)
+                            cursor = event_id
+                    except httpx.HTTPError:
+                        pass
+                    k += 1  # resume on the other server, after the last id received
+
+            async def writers() -> None:
+                await asyncio.gather(*(writer(i) for i in range(FAULT_WRITERS)), crash())
+                done.set()
+
+            watching = asyncio.create_task(watcher())
+            polled, _ = await asyncio.gather(poller(), writers())
+            truth, _ = await drain(clients[1], start)
+            await eventually(lambda: bool(watched) and watched[-1]["seq"] >= truth[-1]["seq"],
+                             "the watcher has caught up")
+            watching.cancel()
+        finally:
+            await asyncio.gather(*(c.aclose() for c in clients))
+        assert "Traceback" not in two.logs()
+
+    created = [e["resource"] for e in truth if e["type"] == "agent_state.created"]
+    assert len(created) == len(set(created)), "no write has two events"
+    assert set(acknowledged) <= set(created), "every acknowledged write has its event"
+    seqs = [e["seq"] for e in truth]
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "the tenant's seqs have no gaps"
+    assert polled == truth, "the poller saw every event once, in order"
+    assert watched == truth, "the watcher saw every event once, in order"
+
+
+async def test_long_poll_answers_with_the_event_or_the_same_cursor(
+        client: httpx.AsyncClient, uid: str) -> None:
+    _, now = await drain(client)
+    waiting = asyncio.create_task(client.get(
+        "/v1/events", params={"cursor": now, "wait": 30, "thread_id": f"lp-{uid}"}))
+    await client.put(f"/v1/threads/other-{uid}", json={"state": {}})
+    await client.put(f"/v1/threads/lp-{uid}", json={"state": {}})
+    answer = await waiting
+    assert answer.status_code == 200, answer.text
+    assert [e["resource"] for e in answer.json()["data"]] == [f"/v1/threads/lp-{uid}"]
+
+    quiet = await client.get("/v1/events", params={
+        "cursor": answer.json()["next_cursor"], "wait": 0.2, "thread_id": f"lp-{uid}"})
+    assert quiet.json() == {"data": [], "next_cursor": answer.json()["next_cursor"],
+                            "has_more": False}
+    prefixed, _ = await drain(client, now, resource_prefix=f"/v1/threads/lp-{uid}")
+    assert [e["resource"] for e in prefixed] == [f"/v1/threads/lp-{uid}"]
+    for params in ({"wait": -1}, {"resource_prefix": ""}):
+        assert (await client.get("/v1/events", params=params)).status_code == 422
+    bad = await client.get("/v1/events/stream", params={"cursor": "nope"},
+                           headers={"Accept": "text/event-stream"})
+    assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor"
+    unasked = await client.get("/v1/events/stream")
+    assert unasked.status_code == 406 and unasked.json()["code"] == "not_acceptable"
+
+
+async def test_cursors_from_before_the_per_tenant_feed_still_work(
+        app, client: httpx.AsyncClient, uid: str) -> None:
+    """A cursor handed out before the migration held the table-wide id of the last event
+    read; it resumes at the tenant's seq of that event."""
+    from app.core.pagination import encode_cursor
+
+    _, start = await drain(client)
+    for i in range(3):
+        await client.put(f"/v1/threads/old{i}-{uid}", json={"state": {}})
+    events, _ = await drain(client, start)
+    async with app.state.db.read() as connection:
+        ids = (await connection.exec_driver_sql(
+            "SELECT id FROM events WHERE resource LIKE '%%old0-" + uid + "'")).scalars().all()
+    legacy = encode_cursor("events", [ids[0]])
+    rest, _ = await drain(client, legacy)
+    assert rest == events[1:]
+
+
+@pytest.mark.slow
+async def test_tenants_have_their_own_feeds_cursors_and_streams(
+        secured_client: httpx.AsyncClient, secured_database_url: str, uid: str) -> None:
+    """Tenant A's seqs are 1, 2, 3, ... whatever B writes; B's writes never move A's cursor
+    or reach A's poll or stream; a stream filters like the list and resumes after
+    Last-Event-ID."""
+    a = bearer(create_key(secured_database_url, f"a-{uid}"))
+    b = bearer(create_key(secured_database_url, f"b-{uid}"))
+    for i in range(3):
+        await secured_client.put(f"/v1/threads/x{i}", json={"state": {}}, headers=b)
+        await secured_client.put(f"/v1/threads/x{i}", json={"state": {}}, headers=a)
+        await secured_client.put(f"/v1/threads/x{i}/agents/p/state", json={"state": {}},
+                                 headers=b)
+    mine = (await secured_client.get("/v1/events", headers=a)).json()
+    assert [e["seq"] for e in mine["data"]] == [1, 2, 3]
+    theirs = (await secured_client.get("/v1/events", headers=b, params={"limit": 100})).json()
+    assert [e["seq"] for e in theirs["data"]] == list(range(1, 7))
+    for i in range(5):
+        await secured_client.put(f"/v1/threads/y{i}", json={"state": {}}, headers=b)
+    again = (await secured_client.get("/v1/events", headers=a,
+                                      params={"cursor": mine["next_cursor"]})).json()
+    assert again == {"data": [], "next_cursor": mine["next_cursor"], "has_more": False}
+    quiet = (await secured_client.get("/v1/events", headers=a, params={
+        "cursor": mine["next_cursor"], "wait": 0.5})).json()
+    assert quiet["data"] == []
+
+    with ServerProcess(secured_database_url) as server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=30) as http:
+            http.headers.update(a)
+            await secured_client.put("/v1/threads/x0/agents/q/state", json={"state": {}},
+                                     headers=a)
+            got: list[tuple[str, dict]] = []
+            async for item in sse(http, None, type="agent_state.created",
+                                  resource_prefix="/v1/threads/x0/"):
+                got.append(item)
+                break
+            assert [e["resource"] for _, e in got] == ["/v1/threads/x0/agents/q/state"]
+            await secured_client.put("/v1/threads/x1/agents/r/state", json={"state": {}},
+                                     headers=b)
+            await secured_client.put("/v1/threads/x1/agents/r/state", json={"state": {}},
+                                     headers=a)
+            async for event_id, event in sse(http, got[0][0]):  # resume after Last-Event-ID
+                assert event["resource"] == "/v1/threads/x1/agents/r/state"
+                assert event["seq"] == 5, "A's fifth event; B's writes took none of A's seqs"
+                break

@@ -73,6 +73,7 @@ OPERATION_IDS = {
     ("delete", "/v1/threads/{thread_id}/messages/{message_id}"): "deleteMessage",
     ("patch", "/v1/threads/{thread_id}/messages/{message_id}"): "redactMessage",
     ("post", "/v1/batch"): "runBatch",
+    ("get", "/v1/events/stream"): "streamEvents",
 }
 
 
@@ -192,7 +193,7 @@ async def test_response_headers_are_declared(spec: dict[str, Any], method: str, 
     assert not any(missing.values()), missing
 
 
-CANONICAL_HEADERS = {"If-Match", "If-None-Match", "Idempotency-Key"}
+CANONICAL_HEADERS = {"If-Match", "If-None-Match", "Idempotency-Key", "Last-Event-ID"}
 
 
 @pytest.mark.parametrize("method, path", OPERATIONS, ids=OP_IDS)

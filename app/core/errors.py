@@ -102,6 +102,10 @@ class AlreadyExists(PreconditionFailed):
         )
 
 
+class NotAcceptable(AppError):
+    status, code, title = 406, "not_acceptable", "Not Acceptable"
+
+
 class PayloadTooLarge(AppError):
     status, code, title = 413, "payload_too_large", "Payload Too Large"
 
@@ -144,7 +148,7 @@ def problem_from_status(status: int, detail: str | None = None, *,
     """Map an HTTP-level status (404 route, 405 method, 414 URI) to our hierarchy."""
     cls: type[AppError] | None = {
         400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
-        409: Conflict, 410: Gone, 412: PreconditionFailed, 413: PayloadTooLarge,
+        406: NotAcceptable, 409: Conflict, 410: Gone, 412: PreconditionFailed, 413: PayloadTooLarge,
         415: UnsupportedMediaType, 422: Unprocessable, 428: PreconditionRequired,
         503: ServiceUnavailable,
     }.get(status)

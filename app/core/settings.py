@@ -117,6 +117,27 @@ class Settings(BaseSettings):
         description="Revisions of a thread's state history kept (a thread's `history_limit` "
                     "overrides it); 0 keeps none.")
 
+    # The change feed (docs/events.md).
+    events_max_wait_seconds: float = Field(
+        60.0, gt=0, le=3600, description="Longest `GET /v1/events?wait=` a server grants.")
+    events_heartbeat_seconds: float = Field(
+        15.0, gt=0, description="An SSE stream sends a comment this often when idle.")
+    events_tick_seconds: float = Field(
+        1.0, gt=0, description="How often a server with watchers of a tenant checks that "
+                               "tenant's feed without being woken (a writer that died between "
+                               "its commit and its wake-up, another SQLite process).")
+
+    # Retention (docs/events.md); None keeps forever.
+    event_retention_hours: float | None = Field(
+        None, gt=0, description="Events older than this are removed by the sweeper.")
+    tombstone_retention_hours: float | None = Field(
+        None, gt=0, description="Deleted threads' tombstones older than this are removed.")
+    sweep_interval_seconds: float = Field(
+        60.0, gt=0, description="How often the background sweeper runs; see `agentstate gc`.")
+    sweep_batch: int = Field(500, ge=1, le=100_000,
+                             description="Rows one sweeper transaction removes at most.")
+    sweep_enabled: bool = Field(True, description="Run the retention sweeper in `serve`.")
+
     # Access control (API.md section 9, docs/auth.md).
     auth_cache_seconds: float = Field(
         5.0, ge=0, le=300,

@@ -1,9 +1,11 @@
 """The audit log's rows. Every statement is scoped by tenant.
 
-A request's events are written as the last statements of its transaction, under a per-tenant
-transaction lock on Postgres, so events commit in `seq` order: a poller that reads
-"everything after seq N" can never miss an event that commits later with a smaller seq.
-(SQLite serialises writers anyway.) The lock is held only from these inserts to the commit.
+Writers take no lock for their events (docs/events.md). On Postgres an event is inserted with
+`seq` NULL; the sequencer (`sequence`, the SQL function `agentstate_sequence_events` of the
+migrations) numbers committed events after the tenant's newest seq, under a short per-tenant
+lock of its own held to its commit, so seqs become visible as a growing prefix 1..N: a reader
+never sees N+1 before N, and nothing is ever numbered behind a cursor. On SQLite writers are
+serialised (BEGIN IMMEDIATE), so the insert numbers its rows itself.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, union_all
+from sqlalchemy import bindparam, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import AnyRow, table, utcnow
@@ -20,31 +22,28 @@ from app.db.unit import PendingEvent
 from app.events.models import Event
 
 e = table(Event)
-_LOCK_NAMESPACE = 0x61677374  # "agst"
 _COLUMNS = ("tenant_id", "actor", "type", "resource", "revision", "thread_id", "at")
+SEQUENCE_BATCH = 5000
+_SEQUENCE = text("SELECT agentstate_sequence_events(:tenant, :limit)")
+_OUT = (e.c.seq, e.c.at, e.c.type, e.c.thread_id, e.c.resource, e.c.revision, e.c.actor)
 
 
 @cache
-def _locked_insert(count: int) -> Any:
-    """One statement that takes the tenant's event lock and then inserts `count` rows in order.
+def _postgres_insert(count: int) -> Any:
+    """`count` rows in one statement, without a seq (the sequencer numbers them)."""
+    rows = [{name: bindparam(f"{name}_{i}", type_=e.c[name].type) for name in _COLUMNS}
+            for i in range(count)]
+    return insert(e).values(rows)
 
-    The lock is a MATERIALIZED CTE the inserted rows are selected from, so it is held before
-    any `seq` is drawn, and the request pays no round trip of its own for it.
-    """
-    tenant = bindparam("lock_tenant", type_=e.c.tenant_id.type)
-    lock = (
-        select(func.pg_advisory_xact_lock(_LOCK_NAMESPACE, func.hashtext(tenant)).label("held"))
-        .cte("event_lock")
-        .prefix_with("MATERIALIZED")
-    )
-    selects = [
-        # asyncpg binds carry their type ($1::VARCHAR), so no branch has an unknown NULL.
-        select(*(bindparam(f"{name}_{i}", type_=e.c[name].type) for name in _COLUMNS))
-        .select_from(lock)
-        for i in range(count)
-    ]
-    source = selects[0] if count == 1 else union_all(*selects)
-    return insert(e).from_select(_COLUMNS, source)
+
+@cache
+def _sqlite_insert() -> Any:
+    """One row numbered after the tenant's newest: writers are serialised, so the subquery
+    sees every committed event of the tenant and the rows of this transaction before it."""
+    values = {name: bindparam(f"v_{name}", type_=e.c[name].type) for name in _COLUMNS}
+    head = (select(func.coalesce(func.max(e.c.seq), 0) + 1)
+            .where(e.c.tenant_id == values["tenant_id"]).scalar_subquery())
+    return insert(e).values(**values, seq=head)
 
 
 class EventRepository:
@@ -61,20 +60,47 @@ class EventRepository:
                  "resource": event.resource, "revision": event.revision,
                  "thread_id": event.thread_id, "at": at} for event in events]
         if self.connection.dialect.name != "postgresql":
-            await self.connection.execute(insert(e), rows)
+            await self.connection.execute(
+                _sqlite_insert(), [{f"v_{name}": row[name] for name in _COLUMNS} for row in rows])
             return
         params = {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in _COLUMNS}
-        await self.connection.execute(_locked_insert(len(rows)),
-                                      {"lock_tenant": self.tenant_id, **params})
+        await self.connection.execute(_postgres_insert(len(rows)), params)
+
+    async def sequence(self) -> int:
+        """Number the tenant's committed events that have no seq yet and return the tenant's
+        newest seq: everything committed before this call is visible to reads after it. One round trip, its own
+        transaction: the connection must be in autocommit (a read connection). SQLite
+        numbers at insert time, so this only reads the newest seq."""
+        if self.connection.dialect.name != "postgresql":
+            return await self.head()
+        # A tenant with more than a batch ready gets the rest on the next call: every
+        # reader and the feed's sequencing pass call this before they read.
+        return int(await self.connection.scalar(
+            _SEQUENCE, {"tenant": self.tenant_id, "limit": SEQUENCE_BATCH}) or 0)
+
+    async def head(self) -> int:
+        """The tenant's newest seq (0 before its first event)."""
+        return int(await self.connection.scalar(
+            select(func.coalesce(func.max(e.c.seq), 0)).where(e.c.tenant_id == self.tenant_id))
+            or 0)
 
     async def page(self, *, after_seq: int, limit: int, thread_id: str | None,
-                   types: list[str] | None) -> list[AnyRow]:
-        """Events after `after_seq`, oldest first. Seqs commit in order (see above), so
-        reading past the newest one never skips an event that commits later."""
-        stmt = select(e).where(e.c.tenant_id == self.tenant_id, e.c.seq > after_seq)
+                   types: list[str] | None, resource_prefix: str | None = None) -> list[AnyRow]:
+        """Numbered events after `after_seq`, oldest first. Seqs become visible in order
+        (see above), so reading past the newest one never skips an event seen later."""
+        stmt = select(*_OUT).where(e.c.tenant_id == self.tenant_id, e.c.seq > after_seq)
         if thread_id is not None:
             stmt = stmt.where(e.c.thread_id == thread_id)
         if types:
             stmt = stmt.where(e.c.type.in_(types))
+        if resource_prefix:
+            stmt = stmt.where(e.c.resource.startswith(resource_prefix, autoescape=True))
         stmt = stmt.order_by(e.c.seq).limit(limit)
         return list((await self.connection.execute(stmt)).all())
+
+    async def seq_at_id(self, event_id: int) -> int:
+        """The tenant's seq at a table-wide event id (a cursor from before the per-tenant
+        feed: the migration numbered each tenant's events in id order)."""
+        return int(await self.connection.scalar(
+            select(func.coalesce(func.max(e.c.seq), 0))
+            .where(e.c.tenant_id == self.tenant_id, e.c.id <= event_id)) or 0)

@@ -16,7 +16,8 @@ EventType = Literal[
 
 
 class EventOut(RowModel):
-    seq: int = Field(description="Commit order; the only order of the log.")
+    seq: int = Field(description="The tenant's own order (1, 2, 3, ...), in which events "
+                                 "become visible; the only order of the feed.")
     at: Timestamp
     type: str
     thread_id: str | None = Field(None, description="Present when the change is in a thread.")

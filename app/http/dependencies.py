@@ -19,7 +19,9 @@ from app.auth.tenancy import request_tenant
 from app.core.errors import Forbidden, InvalidHeader, Unauthorized
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
+from app.db.engine import Database
 from app.db.unit import UnitOfWork
+from app.events.feed import Feed
 from app.events.repository import EventRepository
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
@@ -105,6 +107,20 @@ WriteAccess = Annotated[Principal, Depends(_may_write)]
 WRITE_FIRST = Depends(_may_write)
 
 
+async def get_database(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+async def get_feed(request: Request) -> Feed:
+    feed: Feed = request.app.state.feed
+    return feed
+
+
+DatabaseDep = Annotated[Database, Depends(get_database)]
+FeedDep = Annotated[Feed, Depends(get_feed)]
+
+
 # Both take the caller's principal first: looking a key up may take a connection of its own,
 # and requests holding theirs while they wait for it would empty the pool (50 first uses of
 # one key did).
@@ -121,6 +137,11 @@ async def _write_unit(request: Request, principal: WriteAccess) -> AsyncIterator
         await EventRepository(connection, principal.tenant_id).append(principal.actor,
                                                                       uow.events)
         await connection.commit()
+    if uow.events:
+        # Number the committed events and wake watchers (docs/events.md): coalesced per
+        # tenant and in the background, the response does not wait for it.
+        feed: Feed = request.app.state.feed
+        feed.written(principal.tenant_id)
 
 
 # A Core connection inside, not an ORM Session: repositories run Core statements only, and

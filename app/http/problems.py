@@ -69,6 +69,7 @@ DESCRIPTIONS = {
     401: "Missing or unknown API key.",
     403: "The key lacks the scope.",
     404: "Not found.",
+    406: "The response asked for is not one the client accepts (`Accept`).",
     409: "Conflict.",
     410: "The thread was deleted.",
     412: "Precondition failed (If-Match / If-None-Match).",

@@ -97,7 +97,7 @@ class PortabilityRepository:
     async def loose_events(self) -> AsyncIterator[AnyRow]:
         """Events that name no thread row (MCP servers', or none at all), by seq."""
         named = exists().where(t.c.tenant_id == e.c.tenant_id, t.c.thread_id == e.c.thread_id)
-        stmt = self._select(EVENT).where(~named).order_by(e.c.seq)
+        stmt = self._select(EVENT).where(~named).order_by(e.c.tenant_id, e.c.seq)
         result = await self.connection.stream(stmt.execution_options(yield_per=BATCH))
         async for row in result:
             yield row
@@ -156,23 +156,21 @@ class PortabilityRepository:
         await self.connection.execute(
             delete(e).where(e.c.tenant_id == tenant_id, e.c.thread_id == thread_id))
 
-    async def taken_seqs(self, seqs: Sequence[int]) -> list[int]:
-        """Which of these event seqs some stored event already has."""
+    async def taken_seqs(self, tenant_id: str, seqs: Sequence[int]) -> list[int]:
+        """Which of these event seqs some stored event of the tenant already has."""
         if not seqs:
             return []
         return list((await self.connection.scalars(
-            select(e.c.seq).where(e.c.seq.in_(list(seqs))))).all())
+            select(e.c.seq).where(e.c.tenant_id == tenant_id, e.c.seq.in_(list(seqs))))).all())
 
-    async def advance_event_seq(self) -> None:
-        """After events were stored with their own seqs, new events must come after them.
-        SQLite's AUTOINCREMENT follows explicit values by itself; a Postgres sequence not."""
+    async def hold_event_seqs(self, tenant_id: str) -> None:
+        """Take the tenant's sequencing lock until this transaction ends (Postgres), so the
+        sequencer cannot hand out a seq that the events stored here with their own seqs
+        take. New events are numbered after the tenant's newest seq, imported or not."""
         if self.postgres:
-            await self.connection.execute(text(
-                "SELECT setval(s.name, m.top) "
-                "FROM (SELECT pg_get_serial_sequence('events', 'seq') AS name) AS s, "
-                "(SELECT max(seq) AS top FROM events) AS m "
-                "WHERE m.top > COALESCE((SELECT last_value FROM pg_sequences "
-                "WHERE format('%I.%I', schemaname, sequencename) = s.name), 0)"))
+            await self.connection.execute(
+                text("SELECT pg_advisory_xact_lock(1634169716, hashtext(:tenant))"),
+                {"tenant": tenant_id})
 
     async def find(self, kind: Kind, key: dict[str, Any]) -> AnyRow | None:
         """The stored row of a global or tenant kind with this natural key."""
@@ -186,12 +184,13 @@ class PortabilityRepository:
         await self.connection.execute(
             delete(table).where(*(table.c[name] == key[name] for name in kind.key)))
 
-    async def delete_event(self, seq: int) -> None:
-        await self.connection.execute(delete(e).where(e.c.seq == seq))
+    async def delete_event(self, tenant_id: str, seq: int) -> None:
+        await self.connection.execute(delete(e).where(e.c.tenant_id == tenant_id, e.c.seq == seq))
 
-    async def find_events(self, seqs: Sequence[int]) -> list[AnyRow]:
+    async def find_events(self, tenant_id: str, seqs: Sequence[int]) -> list[AnyRow]:
         return list((await self.connection.execute(
-            self._select(EVENT).where(e.c.seq.in_(list(seqs))).order_by(e.c.seq))).all())
+            self._select(EVENT).where(e.c.tenant_id == tenant_id, e.c.seq.in_(list(seqs)))
+            .order_by(e.c.seq))).all())
 
 
 # --- the stores agentstate replaces, read by `agentstate import --format ...` -------------

@@ -281,7 +281,6 @@ class ThreadWriter:
         self.pending: dict[str, list[dict[str, Any]]] = {}
         self.pk: int | None = None
         self.rows = 0
-        self.events = False
 
     async def start(self, record: dict[str, Any]) -> bool:
         """Insert the thread row; False if the thread exists."""
@@ -304,18 +303,18 @@ class ThreadWriter:
         if not rows:
             return
         if kind is EVENT:
-            taken = await self.repo.taken_seqs([row["seq"] for row in rows])
-            if taken:
-                raise SeqTaken(taken[0])
-            self.events = True
+            for tenant in sorted({row["tenant_id"] for row in rows}):
+                await self.repo.hold_event_seqs(tenant)
+                taken = await self.repo.taken_seqs(
+                    tenant, [row["seq"] for row in rows if row["tenant_id"] == tenant])
+                if taken:
+                    raise SeqTaken(taken[0])
         await self.repo.insert(kind, rows)
         self.rows += len(rows)
 
     async def finish(self) -> None:
         for kind in CHILDREN:
             await self.flush(kind)
-        if self.events:
-            await self.repo.advance_event_seq()
 
 
 @dataclass
@@ -352,7 +351,6 @@ class Importer:
         self._units: AsyncExitStack | None = None
         self._units_repo: PortabilityRepository | None = None
         self._units_open = 0
-        self._units_events = False
         self._unreadable: Counter[str] = Counter()
 
     def _decode(self, kind: Kind, item: Item) -> dict[str, Any]:
@@ -593,12 +591,10 @@ class Importer:
         if self._units is None or self._units_repo is None:
             return
         if commit:
-            if self._units_events:
-                await self._units_repo.advance_event_seq()
             await self._units_repo.connection.commit()
         await self._units.aclose()
         self._units = self._units_repo = None
-        self._units_open, self._units_events = 0, False
+        self._units_open = 0
 
     async def _unit(self, kind: Kind, item: Item) -> None:
         try:
@@ -611,7 +607,8 @@ class Importer:
             return
         repo = await self._units_repository()
         if kind is EVENT:
-            found = await repo.find_events([record["seq"]])
+            await repo.hold_event_seqs(record["tenant_id"])
+            found = await repo.find_events(record["tenant_id"], [record["seq"]])
             stored = found[0] if found else None
         else:
             stored = await repo.find(kind, record)
@@ -629,7 +626,7 @@ class Importer:
                                                 "skip or replace decides)")
             else:
                 if kind is EVENT:
-                    await repo.delete_event(record["seq"])
+                    await repo.delete_event(record["tenant_id"], record["seq"])
                 else:
                     await repo.delete_one(kind, record)
                 await self._insert_unit(repo, kind, record)
@@ -666,8 +663,6 @@ class Importer:
                 tenant_id, name, record["secrets"], record["secret_names"])
             if not self.secrets.openable(tenant_id, name, row["secrets"]):
                 self._unreadable[(record["secrets"] or {}).get("key_id") or "?"] += 1
-        if kind is EVENT:
-            self._units_events = True
         await repo.insert(kind, [row])
         self.summary.rows += 1
 
@@ -757,7 +752,7 @@ async def verify(source: Database, target: Database) -> Verification:
                 continue
             kind = BY_NAME[name]
             if kind is EVENT:
-                found = await theirs.repo.find_events([record["seq"]])
+                found = await theirs.repo.find_events(record["tenant_id"], [record["seq"]])
                 held = theirs.record(EVENT, found[0]) if found else None
             else:
                 stored = await theirs.repo.find(kind, record)

@@ -8,7 +8,7 @@ It owns the row's lock, its revision advance, the reasons a write is refused (40
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 
 from app.core.errors import NotFound, RevisionMismatch
@@ -182,6 +182,19 @@ class ThreadAggregate:
         if row.deleted_at is not None:
             raise _deleted(thread_id)
         return row
+
+    async def expire(self, thread_id: str, now: datetime) -> int | None:
+        """The retention sweeper's delete: if the thread's time to live has passed (counted
+        from its last write), delete it like DELETE does (tombstone, `thread.deleted`) and
+        return the tombstone's revision; None if it was written (or deleted) since."""
+        row = await self.repo.get(thread_id, lock="update")
+        if (row is None or row.deleted_at is not None or row.ttl_seconds is None
+                or row.updated_at + timedelta(seconds=row.ttl_seconds) > now):
+            return None
+        revision = await self.repo.delete(thread_id, row.revision, now)
+        if revision is not None:
+            self.record("deleted", thread_id, revision)
+        return revision
 
     async def delete(self, thread_id: str, pre: Preconditions) -> int:
         """Delete the thread and everything in it, leaving a tombstone; its revision."""

@@ -10,6 +10,7 @@ from sqlalchemy import (
     Integer,
     PrimaryKeyConstraint,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -30,6 +31,10 @@ class Thread(Base):
         Index("ix_threads_tenant_id_created_at_thread_id", "tenant_id", "created_at", "thread_id"),
         # Keyset listing by activity (`?order_by=updated_at`).
         Index("ix_threads_tenant_id_updated_at_thread_id", "tenant_id", "updated_at", "thread_id"),
+        # The retention sweeper's work list: live threads with a time to live.
+        Index("ix_threads_expiring", "updated_at",
+              postgresql_where=text("ttl_seconds IS NOT NULL AND deleted_at IS NULL"),
+              sqlite_where=text("ttl_seconds IS NOT NULL AND deleted_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -49,6 +54,9 @@ class Thread(Base):
     # How many revisions of its state history the thread keeps; None: the server's setting
     # (AGENTSTATE_THREAD_HISTORY).
     history_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Seconds after its last write (`updated_at`) the retention sweeper deletes the thread
+    # (a normal delete: tombstone and event); None: kept until deleted.
+    ttl_seconds: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ThreadRevision(Base):

@@ -143,7 +143,7 @@ class ThreadRepository:
             .where(_KEY, t.c.deleted_at.is_not(None))
             .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
                     last_seq=messages, message_count=messages,
-                    **{"history_limit": None, **values})
+                    **{"history_limit": None, "ttl_seconds": None, **values})
             .returning(*t.c)
         )
         return (await self.connection.execute(stmt, self._params(thread_id))).first()

@@ -13,12 +13,20 @@ HistoryLimit = Annotated[int, Field(
                 "omitted on create: the server's setting (`AGENTSTATE_THREAD_HISTORY`).",
 )]
 
+TtlSeconds = Annotated[int, Field(
+    ge=1, le=10 * 365 * 86400,
+    description="Seconds after its last write the server deletes the thread (a normal "
+                "delete: tombstone and `thread.deleted` event), within a sweep interval; "
+                "null or omitted: kept until deleted.",
+)]
+
 
 class ThreadCreate(Strict):
     thread_id: Name | None = Field(None, description="Omit to get a server-generated `thr_...` id.")
     state: JsonObject = Field(default_factory=dict)
     metadata: JsonObject = Field(default_factory=dict)
     history_limit: HistoryLimit | None = None
+    ttl_seconds: TtlSeconds | None = None
 
 
 class ThreadReplace(Strict):
@@ -26,6 +34,8 @@ class ThreadReplace(Strict):
     metadata: JsonObject | None = Field(None, description="Omitted: the stored metadata is kept.")
     history_limit: HistoryLimit | None = Field(
         None, description="Omitted: the stored value is kept; null: the server's setting.")
+    ttl_seconds: TtlSeconds | None = Field(
+        None, description="Omitted: the stored value is kept; null: no time to live.")
     append_messages: list[MessageIn] | None = Field(
         None, description="Appended in the same transaction and under the same revision "
         "(events `thread.updated` and `message.appended`).",
@@ -33,12 +43,14 @@ class ThreadReplace(Strict):
 
 
 class ThreadPatch(Strict):
-    """RFC 7396 merge-patch of the representation; `state`, `metadata` and `history_limit`
-    can change (`"history_limit": null` goes back to the server's setting)."""
+    """RFC 7396 merge-patch of the representation; `state`, `metadata`, `history_limit` and
+    `ttl_seconds` can change (`"history_limit": null` goes back to the server's setting,
+    `"ttl_seconds": null` removes the time to live)."""
 
     state: JsonObject | None = None
     metadata: JsonObject | None = None
     history_limit: HistoryLimit | None = None
+    ttl_seconds: TtlSeconds | None = None
 
 
 class ThreadOut(RowModel):
@@ -51,12 +63,16 @@ class ThreadOut(RowModel):
     message_count: int
     history_limit: int | None = Field(
         None, description="Revisions of state history kept; absent: the server's setting.")
+    ttl_seconds: int | None = Field(
+        None, description="Deleted this many seconds after `updated_at`; absent: no time to "
+                          "live.")
 
     @model_serializer(mode="wrap")
     def _drop_default_history(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
         data = handler(self)
-        if data.get("history_limit") is None:
-            data.pop("history_limit", None)
+        for name in ("history_limit", "ttl_seconds"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
 

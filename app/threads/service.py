@@ -50,8 +50,9 @@ def _values(body: ThreadCreate | ThreadReplace, *, create: bool = False) -> dict
     values: dict[str, Any] = {"state": body.state}
     if body.metadata is not None or create:
         values["metadata"] = body.metadata or {}
-    if "history_limit" in body.model_fields_set:
-        values["history_limit"] = body.history_limit
+    for name in ("history_limit", "ttl_seconds"):
+        if name in body.model_fields_set:
+            values[name] = getattr(body, name)
     return values
 
 
@@ -163,8 +164,9 @@ class ThreadService:
                 merge_patch(row.metadata, body.metadata) if body.metadata is not None else {}
             )
             check_metadata(values["metadata"], self.settings)
-        if "history_limit" in body.model_fields_set:
-            values["history_limit"] = body.history_limit
+        for name in ("history_limit", "ttl_seconds"):
+            if name in body.model_fields_set:
+                values[name] = getattr(body, name)
         return ThreadOut.from_row(await self.threads.change(row, values))
 
     async def delete(self, thread_id: str, pre: Preconditions) -> None:

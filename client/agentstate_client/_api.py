@@ -506,11 +506,16 @@ class _Api:
     @operation
     def list_events(self, *, thread_id: str | None = None, types: Sequence[str] | None = None,
                     after: int | None = None, limit: int | None = None,
-                    cursor: str | None = None) -> Op[Page[Event]]:
-        """One page of the audit trail, oldest first. `next_cursor` is never None: pass the
-        last one back to get exactly the events committed since (a change feed)."""
+                    cursor: str | None = None, resource_prefix: str | None = None,
+                    wait: float | None = None) -> Op[Page[Event]]:
+        """One page of the tenant's change feed, oldest first. `next_cursor` is never None:
+        pass the last one back to get exactly the events committed since, each once.
+        `wait` (seconds) long-polls: an empty page is answered only after that long, or as
+        soon as an event arrives (the client's timeout must be longer). See `watch()` for a
+        stream."""
         params = drop_none(thread_id=thread_id, type=list(types) if types else None,
-                           after=after, limit=limit, cursor=cursor)
+                           after=after, limit=limit, cursor=cursor,
+                           resource_prefix=resource_prefix, wait=wait)
         return _page(Event, (yield from self._core.json(Request("GET", "/v1/events",
                                                                 params=params))))
 

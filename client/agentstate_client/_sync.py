@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 
 import httpx
 
 from agentstate_client._api import _Api
 from agentstate_client._core import _SyncDriver
+
+# One name in both modules, so both clients' `watch` read the same in help().
+from agentstate_client._watch import Watch as FeedWatch
 
 
 class AgentStateClient(_SyncDriver, _Api):
@@ -30,6 +34,18 @@ class AgentStateClient(_SyncDriver, _Api):
                         own_http=http_client is None, own_transport=transport is not None)
         self._owns_http = http_client is None
         self._http = http_client or httpx.Client(transport=transport)
+
+    def watch(self, *, cursor: str | None = None, thread_id: str | None = None,
+              types: Sequence[str] | None = None, resource_prefix: str | None = None,
+              idle_timeout: float = 60.0) -> FeedWatch:
+        """Watch the change feed: every event after `cursor` (None: from the start), then
+        each new one as it commits, for as long as you iterate (`for`).
+        Filters as `list_events`. Reconnects after a dropped connection or a server restart
+        and resumes after the last event it yielded, so none is lost or repeated;
+        `.cursor` is that event's cursor (keep it to resume later). Stop with
+        `close()` or by leaving the loop; API errors other than 408/429/5xx raise."""
+        return FeedWatch(self._http, self._core, cursor=cursor, thread_id=thread_id, types=types,
+                     resource_prefix=resource_prefix, idle_timeout=idle_timeout)
 
     def close(self) -> None:
         """Close the connection pool (unless the `httpx.Client` was passed in)."""

@@ -12,6 +12,7 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── Unauthorized (401)
         ├── Forbidden (403)
         ├── NotFound (404)
+        ├── NotAcceptable (406)       a stream asked for without Accept: text/event-stream
         ├── Conflict (409)            ThreadExists, MessageExists, IdempotencyInFlight,
         │                             CompactionCovered, MessageCompacted
         ├── Gone (410)                ThreadDeleted
@@ -41,7 +42,7 @@ __all__ = [
     "BadRequest", "CompactionCovered", "CompactionNotContiguous", "Conflict",
     "DatabaseUnavailable", "Forbidden", "Gone", "IdempotencyInFlight", "IdempotencyKeyReused",
     "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageCompacted", "MessageExists",
-    "MessageNotFound", "MessageNotLive", "NotFound", "NotReady", "PayloadTooLarge",
+    "MessageNotFound", "MessageNotLive", "NotAcceptable", "NotFound", "NotReady", "PayloadTooLarge",
     "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "SecretsNotConfigured",
     "SecretsUndecryptable", "ServiceUnavailable", "ThreadDeleted", "ThreadExists",
     "TooManyRequests", "Unauthorized", "UnknownField", "UnknownSecret", "UnprocessableEntity",
@@ -180,6 +181,10 @@ class AlreadyExists(PreconditionFailed):
 
 class PayloadTooLarge(APIError):
     status, default_code = 413, "payload_too_large"
+
+
+class NotAcceptable(APIError):
+    status, default_code = 406, "not_acceptable"
 
 
 class UnsupportedMediaType(APIError):

@@ -1,0 +1,165 @@
+"""The in-process side of watching: who waits for which tenant, and waking them.
+
+A watcher (a long poll, an SSE stream) reads with a short-lived connection, and when it has
+read everything it waits here on its tenant's signal, holding no database connection. The
+signal is raised when the tenant's feed may have grown:
+
+- on Postgres, by the process's one `Listener` when the sequencer (run by any process)
+  NOTIFYs that it numbered the tenant's events;
+- on SQLite, by the write dependency after it commits (and by the tick, for other processes).
+
+Writers call `written(tenant)` after they committed events. On Postgres that schedules one
+sequencing pass per tenant (coalesced: while a pass runs, more writes only mark it to run
+again), which numbers what is ready and NOTIFYs every server. A tick every
+`events_tick_seconds` runs a pass for each tenant this process has watchers of, so an event
+whose writer died between its commit and its pass is still delivered within a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from typing import Any
+
+from app.core.settings import Settings
+from app.db.engine import Database
+from app.db.listener import Listener
+from app.events.repository import EventRepository
+
+log = logging.getLogger("agentstate.feed")
+
+
+class Feed:
+    def __init__(self, db: Database, settings: Settings) -> None:
+        self.db = db
+        self.settings = settings
+        self.postgres = db.dialect == "postgresql"
+        self._signals: dict[str, asyncio.Event] = {}
+        self._watchers: dict[str, int] = {}
+        self._heads: dict[str, int] = {}
+        self._running: dict[str, bool] = {}  # tenant -> another pass requested
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reads: dict[Hashable, asyncio.Future[Any]] = {}
+        self._tick: asyncio.Task[None] | None = None
+        self.listener: Listener | None = None
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tick = asyncio.create_task(self._ticking(), name="agentstate-feed-tick")
+
+    async def stop(self) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*([self._tick] if self._tick else []), *self._tasks,
+                             return_exceptions=True)
+        if self.listener is not None:
+            await self.listener.stop()
+        self.wake_all()
+
+    # --- waiting --------------------------------------------------------------------------
+
+    def signal(self, tenant: str) -> asyncio.Event:
+        """The event the next wake-up of `tenant` sets. Take it *before* reading, then wait
+        on it if the read found nothing: a wake-up between the two is not lost."""
+        signal = self._signals.get(tenant)
+        if signal is None:
+            signal = self._signals[tenant] = asyncio.Event()
+        return signal
+
+    @contextlib.contextmanager
+    def watching(self, tenant: str) -> Iterator[None]:
+        """Count a watcher of `tenant` while it is open (the tick serves watched tenants).
+        The first watcher of the process opens the listener connection: a server nobody
+        watches holds none."""
+        if self.postgres and self.listener is None:
+            self.listener = Listener(self.settings.database_url, self.wake, self.wake_all,
+                                     self.settings.connect_timeout)
+            self.listener.start()
+        self._watchers[tenant] = self._watchers.get(tenant, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._watchers[tenant] - 1
+            if left:
+                self._watchers[tenant] = left
+            else:
+                del self._watchers[tenant]
+                self._heads.pop(tenant, None)
+                if tenant not in self._running:
+                    self._signals.pop(tenant, None)
+
+    def watchers(self) -> int:
+        return sum(self._watchers.values())
+
+    def wake(self, tenant: str) -> None:
+        signal = self._signals.pop(tenant, None)
+        if signal is not None:
+            signal.set()
+
+    def wake_all(self) -> None:
+        for tenant in list(self._signals):
+            self.wake(tenant)
+
+    async def shared(self, key: Hashable, read: Callable[[], Awaitable[Any]]) -> Any:
+        """`read()`, or the result of the same read (same `key`) already in flight: a wake-up
+        of a thousand watchers at one cursor costs one query, not a thousand."""
+        pending = self._reads.get(key)
+        if pending is None:
+            pending = self._reads[key] = asyncio.ensure_future(read())
+            pending.add_done_callback(lambda _f: self._reads.pop(key, None))
+        return await asyncio.shield(pending)
+
+    # --- writers --------------------------------------------------------------------------
+
+    def written(self, tenant: str) -> None:
+        """A write transaction of `tenant` committed events in this process."""
+        if not self.postgres:
+            self.wake(tenant)  # its events were numbered by their insert
+            return
+        if tenant in self._running:
+            self._running[tenant] = True  # run again when the current pass ends
+            return
+        self._running[tenant] = False
+        task = asyncio.get_running_loop().create_task(self._sequence(tenant))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sequence(self, tenant: str) -> None:
+        try:
+            while True:
+                try:
+                    await self.pass_for(tenant)
+                except Exception as exc:  # noqa: BLE001 - the tick retries; readers sequence too
+                    log.warning("feed sequencing pass failed",
+                                extra={"error": type(exc).__name__})
+                    return
+                if not self._running.get(tenant):
+                    return
+                self._running[tenant] = False
+        finally:
+            self._running.pop(tenant, None)
+
+    async def pass_for(self, tenant: str) -> int:
+        """Number what is ready (Postgres; it NOTIFYs every server if it numbered anything)
+        or read the newest seq (SQLite), and wake this process's watchers if it grew."""
+        async with self.db.read() as connection:
+            head = await EventRepository(connection, tenant).sequence()
+        if head > self._heads.get(tenant, 0):
+            self._heads[tenant] = head
+            self.wake(tenant)
+        return head
+
+    async def _ticking(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.events_tick_seconds)
+            for tenant in list(self._watchers):
+                try:
+                    await self.pass_for(tenant)
+                except Exception as exc:  # noqa: BLE001 - the next tick tries again
+                    log.warning("feed tick failed", extra={"error": type(exc).__name__})
+                    break
