@@ -6,7 +6,7 @@ events are numbered 1, 2, ... per tenant in their old order. Threads get `ttl_se
 See docs/events.md.
 
 Revision ID: 7394f9ae97e4
-Revises: 5e1b7c2d9a40
+Revises: 9772f0f32351
 Create Date: 2026-11-30 12:00:00+00:00
 """
 
