@@ -1,0 +1,203 @@
+"""Checkpoints of graph runtimes (issue 15, "server: checkpoints"), on SQLite and Postgres,
+through HTTP."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import httpx
+import pytest
+
+from tests.support import drain
+
+pytestmark = pytest.mark.anyio
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def digest(type_: str, data: bytes) -> str:
+    return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:16].hex()
+
+
+def body(cid: str, versions: dict, values: list | None = None, *, ns: str = "",
+         parent: str | None = None, **metadata: object) -> dict:
+    return {"checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent,
+            "checkpoint": {"v": 1, "id": cid, "channel_versions": versions},
+            "metadata": {"step": 0, **metadata}, "values": values or []}
+
+
+def value(channel: str, version: object, data: bytes) -> dict:
+    return {"channel": channel, "version": version, "type": "bytes", "data": b64(data)}
+
+
+async def test_create_replay_conflict_and_values_per_version(
+        client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    first = body("c1", {"a": 1, "b": 1}, [value("a", 1, b"A1"), value("b", 1, b"B1")])
+    made = await client.post(base, json=first)
+    assert made.status_code == 201, made.text
+    assert made.headers["location"] == f"{base}/c1"
+    assert (await client.post(base, json=first)).status_code == 200, "a replay"
+    other = await client.post(base, json={**first, "metadata": {"step": 9}})
+    assert other.status_code == 409 and other.json()["code"] == "checkpoint_exists"
+
+    # The second checkpoint sends only the channel it changed.
+    second = body("c2", {"a": 2, "b": 1}, [value("a", 2, b"A2")], parent="c1")
+    assert (await client.post(base, json=second)).status_code == 201
+    got = (await client.get(f"{base}/c2")).json()
+    assert got["parent_checkpoint_id"] == "c1"
+    assert {ch: base64.b64decode(v["data"]) for ch, v in got["values"].items()} == {
+        "a": b"A2", "b": b"B1"}
+    old = (await client.get(f"{base}/c1")).json()
+    assert base64.b64decode(old["values"]["a"]["data"]) == b"A1"
+    latest = (await client.get(f"{base}/latest")).json()
+    assert latest["checkpoint_id"] == "c2"
+    assert (await client.get(f"{base}/nope")).status_code == 404
+    assert (await client.get(f"{base}/latest", params={"checkpoint_ns": "x"})).status_code == 404
+
+
+async def test_items_are_stored_once_and_sent_by_digest(client: httpx.AsyncClient,
+                                                        uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    m1, m2 = b"first message", b"second message"
+    items = [{"type": "msgpack", "data": b64(m1)}]
+    made = await client.post(base, json=body("c1", {"messages": 1}, [
+        {"channel": "messages", "version": 1, "type": "list", "items": items}]))
+    assert made.status_code == 201, made.text
+    by_digest = [{"digest": digest("msgpack", m1)}, {"type": "msgpack", "data": b64(m2)}]
+    assert (await client.post(base, json=body("c2", {"messages": 2}, [
+        {"channel": "messages", "version": 2, "type": "list", "items": by_digest}],
+        parent="c1"))).status_code == 201
+    got = (await client.get(f"{base}/c2")).json()["values"]["messages"]
+    assert got["type"] == "list"
+    assert [base64.b64decode(i["data"]) for i in got["items"]] == [m1, m2]
+    unknown = await client.post(base, json=body("c3", {"messages": 3}, [
+        {"channel": "messages", "version": 3, "type": "list",
+         "items": [{"digest": "0" * 32}]}]))
+    assert unknown.status_code == 409 and unknown.json()["code"] == "checkpoint_items_missing"
+    assert unknown.json()["missing"] == ["0" * 32]
+    bad = await client.post(base, json=body("c3", {}, [
+        {"channel": "m", "version": 3, "type": "list", "data": b64(b"x"), "items": []}]))
+    assert bad.status_code == 422
+
+
+async def test_writes_are_idempotent_and_sorted(client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.post(base, json=body("c1", {}))
+    writes = {"task_id": "t2", "task_path": "~b", "writes": [
+        {"idx": 0, "channel": "x", "type": "bytes", "data": b64(b"one")}]}
+    for _ in range(2):
+        sent = await client.post(f"{base}/c1/writes", json=writes)
+        assert sent.status_code == 200, sent.text
+    again = {**writes, "writes": [{**writes["writes"][0], "data": b64(b"changed")}]}
+    assert (await client.post(f"{base}/c1/writes", json=again)).status_code == 200
+    await client.post(f"{base}/c1/writes", json={"task_id": "t1", "task_path": "~a", "writes": [
+        {"idx": 1, "channel": "y", "type": "bytes", "data": b64(b"two")},
+        {"idx": -1, "channel": "__error__", "type": "bytes", "data": b64(b"err")}]})
+    pending = (await client.get(f"{base}/c1")).json()["pending_writes"]
+    assert [(w["task_id"], w["idx"], base64.b64decode(w["data"])) for w in pending] == [
+        ("t1", -1, b"err"), ("t1", 1, b"two"), ("t2", 0, b"one")]
+    missing = await client.post(f"{base}/c9/writes", json=writes)
+    assert missing.status_code == 404
+
+
+async def test_list_filters_prune_copy_delete_runs_and_events(client: httpx.AsyncClient,
+                                                              uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    _, cursor = await drain(client, None)
+    for n in range(1, 5):
+        await client.post(base, json=body(f"c{n}", {"a": n}, [value("a", n, f"v{n}".encode())],
+                                          step=n, run_id=f"r{n % 2}"))
+    await client.post(base, json=body("c3", {}, ns="sub:1", step=3))
+    listed = await client.get(base, params={"limit": 2})
+    assert [(c["checkpoint_ns"], c["checkpoint_id"]) for c in listed.json()["data"]] == [
+        ("", "c4"), ("sub:1", "c3")]
+    rest = await client.get(base, params={"limit": 10, "cursor": listed.json()["next_cursor"]})
+    assert [c["checkpoint_id"] for c in rest.json()["data"]] == ["c3", "c2", "c1"]
+    root = await client.get(base, params={"checkpoint_ns": "", "before": "c4", "limit": 1})
+    assert [c["checkpoint_id"] for c in root.json()["data"]] == ["c3"]
+    filtered = await client.get(base, params={"metadata": '{"run_id": "r1"}'})
+    assert [c["checkpoint_id"] for c in filtered.json()["data"]] == ["c3", "c1"]
+
+    copied = await client.post(f"{base}/copy", json={"thread_id": f"copy-{uid}"})
+    assert copied.status_code == 200 and copied.json() == {"count": 5}
+    assert [c["checkpoint_id"] for c in (await client.get(
+        f"/v1/threads/copy-{uid}/checkpoints")).json()["data"]] == ["c4", "c3", "c3", "c2", "c1"]
+
+    pruned = await client.post(f"{base}/prune", json={"keep": 1})
+    assert pruned.json() == {"count": 3}
+    kept = (await client.get(base)).json()["data"]
+    assert [(c["checkpoint_ns"], c["checkpoint_id"]) for c in kept] == [("", "c4"), ("sub:1", "c3")]
+    assert base64.b64decode(kept[0]["values"]["a"]["data"]) == b"v4"
+
+    gone = await client.post("/v1/checkpoints/delete-runs", json={"run_ids": ["r1"]})
+    assert gone.json() == {"count": 2}, "c3 and c1 of the copy (the source's were pruned)"
+    assert [c["checkpoint_id"] for c in (await client.get(
+        f"/v1/threads/copy-{uid}/checkpoints")).json()["data"]] == ["c4", "c3", "c2"], \
+        "the c3 left is that of namespace sub:1, which names no run"
+    assert (await client.delete(base)).status_code == 204
+    assert (await client.get(base)).json()["data"] == []
+
+    events, _ = await drain(client, cursor)
+    types = [e["type"] for e in events if e["type"].startswith("checkpoint.")]
+    assert types.count("checkpoint.created") == 5
+    assert {"checkpoint.copied", "checkpoint.pruned", "checkpoint.runs_deleted",
+            "checkpoint.deleted"} <= set(types)
+
+
+async def test_if_match_on_the_thread_and_delete_with_the_thread(
+        client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.put(f"/v1/threads/{uid}", json={"state": {}}, headers={"If-None-Match": "*"})
+    stale = await client.post(base, json=body("c1", {}), headers={"If-Match": '"7"'})
+    assert stale.status_code == 412 and stale.json()["current_revision"] == 1
+    assert (await client.post(base, json=body("c1", {}),
+                              headers={"If-Match": '"1"'})).status_code == 201
+    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"1"'})).status_code \
+        == 204
+    assert (await client.get(base)).status_code == 404
+    late = await client.post(base, json=body("c2", {}))
+    assert late.status_code == 410
+
+
+async def test_body_limits(client: httpx.AsyncClient, uid: str) -> None:
+    """A checkpoint above the general 1 MiB limit is stored; above its own limit it is 413."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    big = b"x" * (3 * 1024 * 1024)
+    stored = await client.post(base, json=body("c1", {"a": 1}, [value("a", 1, big)]))
+    assert stored.status_code == 201, stored.text[:200]
+    assert base64.b64decode((await client.get(f"{base}/c1")).json()["values"]["a"]["data"]) == big
+    elsewhere = await client.put(f"/v1/threads/other-{uid}", json={"state": {"x": "y" * 2**21}})
+    assert elsewhere.status_code == 413
+    huge = b"x" * (64 * 1024 * 1024)
+    refused = await client.post(base, content=b'{"pad": "' + huge + b'"}',
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 413 and refused.json()["code"] == "payload_too_large"
+
+
+@pytest.mark.slow
+async def test_tenants_never_see_each_others_checkpoints(
+        secured_client: httpx.AsyncClient, secured_database_url: str, uid: str) -> None:
+    from tests.test_auth import bearer, create_key
+
+    a = bearer(create_key(secured_database_url, f"a-{uid}"))
+    b = bearer(create_key(secured_database_url, f"b-{uid}"))
+    base = f"/v1/threads/{uid}/checkpoints"
+    made = await secured_client.post(base, json=body("c1", {"a": 1}, [value("a", 1, b"A")],
+                                                     run_id="r"), headers=a)
+    assert made.status_code == 201
+    for path in (base, f"{base}/c1", f"{base}/latest"):
+        assert (await secured_client.get(path, headers=b)).status_code == 404, path
+    assert (await secured_client.post(f"{base}/prune", json={"keep": 0},
+                                      headers=b)).status_code == 404
+    assert (await secured_client.post(f"{base}/copy", json={"thread_id": f"x-{uid}"},
+                                      headers=b)).status_code == 404
+    assert (await secured_client.post("/v1/checkpoints/delete-runs", json={"run_ids": ["r"]},
+                                      headers=b)).json() == {"count": 0}
+    # B's own thread of the same id holds B's checkpoints only.
+    assert (await secured_client.post(base, json=body("c1", {}), headers=b)).status_code == 201
+    mine = await secured_client.get(f"{base}/c1", headers=a)
+    assert mine.status_code == 200 and mine.json()["values"]["a"]["data"] == b64(b"A")
