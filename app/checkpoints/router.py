@@ -106,7 +106,7 @@ async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: 
     return await CheckpointService(uow, settings).get(thread_id, checkpoint_ns, checkpoint_id)
 
 
-@router.post(BASE + "/{checkpoint_id}/writes", responses=responses(404, 410, 412),
+@router.post(BASE + "/{checkpoint_id}/writes", responses=responses(410, 412),
              summary="Store a task's pending writes (repeats ignored)")
 async def put_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: WritesIn,
                      uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> Counted:

@@ -170,12 +170,12 @@ class CheckpointService:
     async def put_writes(self, thread_id: str, checkpoint_id: str, body: WritesIn,
                          pre: Preconditions) -> int:
         """Store a task's pending writes against a checkpoint; repeats of (task_id, idx) are
-        ignored. How many writes were sent."""
-        thread = await self._writable(thread_id, pre, create=False)
-        if await self.repo.get(thread.id, body.checkpoint_ns, checkpoint_id) is None:
-            raise CheckpointNotFound(
-                f"Checkpoint {checkpoint_id!r} in namespace {body.checkpoint_ns!r} of thread "
-                f"{thread_id!r} does not exist.")
+        ignored. How many writes were sent.
+
+        The checkpoint need not be stored yet: graph runtimes save checkpoints in the
+        background (LangGraph's default durability), so a task's writes may arrive first.
+        They are read with the checkpoint once it is there, and deleted with it."""
+        thread = await self._writable(thread_id, pre)
         await self.repo.insert_writes([
             {"thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
              "checkpoint_id": checkpoint_id, "task_id": body.task_id, "idx": write.idx,

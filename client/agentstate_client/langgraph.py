@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -70,7 +71,7 @@ def item_digest(type_: str, data: bytes) -> str:
     return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:16].hex()
 
 
-class AgentStateSaver(BaseCheckpointSaver[int]):
+class AgentStateSaver(BaseCheckpointSaver[str]):
     """LangGraph's checkpointer interface over agentstate's HTTP API.
 
     Pass `base_url` and `api_key` as to `AgentStateClient` (they default to
@@ -110,6 +111,20 @@ class AgentStateSaver(BaseCheckpointSaver[int]):
         if self._owns_async and self._async_client is not None:
             await self._async_client.aclose()
             self._async_client = None
+
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """A channel version unique to this write: the counter, then random digits.
+
+        Values are stored once per (channel, version), so a fork (`update_state` on a past
+        checkpoint) must not reuse the version a later checkpoint of the other branch holds.
+        Zero-padded, so versions compare as their counters do (as LangGraph's own savers)."""
+        if current is None:
+            counter = 0
+        elif isinstance(current, int):
+            counter = current
+        else:
+            counter = int(str(current).split(".", 1)[0])
+        return f"{counter + 1:032}.{secrets.randbelow(10**16):016}"
 
     # --- encoding ------------------------------------------------------------------------
 
