@@ -7,12 +7,13 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, and_, delete, literal, or_, select, tuple_
+from sqlalchemy import BigInteger, LargeBinary, and_, any_, bindparam, delete, literal, or_, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
 from app.db.base import AnyRow, table
-from app.db.dialect import insert_ignoring_conflicts, json_contains
+from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)
@@ -34,6 +35,19 @@ class CheckpointRepository:
 
     def _mine(self, tbl: Any, thread_pk: int) -> Any:
         return and_(tbl.c.tenant_id == self.tenant_id, tbl.c.thread_pk == thread_pk)
+
+    def _digest_chunks(self, digests: Sequence[bytes]) -> Iterable[Any]:
+        """`digest` membership tests for a set of digests. On Postgres one array parameter
+        (`= ANY(...)`): a statement whose text does not change with the count, so it stays
+        prepared; on SQLite chunks of IN lists."""
+        values = sorted(set(digests))
+        if dialect_name(self.connection) == "postgresql":
+            if values:
+                yield i.c.digest == any_(bindparam("digests", values,
+                                                   type_=ARRAY(LargeBinary)))
+            return
+        for chunk in _chunks(values):
+            yield i.c.digest.in_(list(chunk))
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -72,18 +86,17 @@ class CheckpointRepository:
 
     async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
         rows: list[AnyRow] = []
-        for chunk in _chunks(sorted(set(digests))):
+        for test in self._digest_chunks(digests):
             rows.extend((await self.connection.execute(
                 select(i.c.digest, i.c.type, i.c.data)
-                .where(self._mine(i, thread_pk), i.c.digest.in_(list(chunk))))).all())
+                .where(self._mine(i, thread_pk), test))).all())
         return rows
 
     async def held_digests(self, thread_pk: int, digests: Sequence[bytes]) -> set[bytes]:
         held: set[bytes] = set()
-        for chunk in _chunks(sorted(set(digests))):
+        for test in self._digest_chunks(digests):
             held.update((await self.connection.execute(
-                select(i.c.digest).where(self._mine(i, thread_pk),
-                                         i.c.digest.in_(list(chunk))))).scalars())
+                select(i.c.digest).where(self._mine(i, thread_pk), test))).scalars())
         return held
 
     async def writes(self, thread_pk: int, keys: Sequence[tuple[str, str]]) -> list[AnyRow]:
