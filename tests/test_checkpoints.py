@@ -205,3 +205,24 @@ async def test_tenants_never_see_each_others_checkpoints(
     assert (await secured_client.post(base, json=body("c1", {}), headers=b)).status_code == 201
     mine = await secured_client.get(f"{base}/c1", headers=a)
     assert mine.status_code == 200 and mine.json()["values"]["a"]["data"] == b64(b"A")
+
+
+async def test_long_lists_across_chunks_survive_prune_and_copy(client: httpx.AsyncClient,
+                                                               uid: str) -> None:
+    """A list longer than a chunk (64 items) grows by digest references, and reads back in
+    order after a prune dropped the versions before it and after a copy."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"message {n}".encode() for n in range(130)]
+    sent: list[bytes] = []
+    for version, upto in enumerate((100, 129, 130), start=1):
+        items = [{"digest": digest("msgpack", m)} if m in sent
+                 else {"type": "msgpack", "data": b64(m)} for m in log[:upto]]
+        made = await client.post(base, json=body(f"c{version}", {"messages": version}, [
+            {"channel": "messages", "version": version, "type": "list", "items": items}]))
+        assert made.status_code == 201, made.text
+        sent = log[:upto]
+    assert (await client.post(f"{base}/prune", json={"keep": 1})).json() == {"count": 2}
+    await client.post(f"{base}/copy", json={"thread_id": f"copy-{uid}"})
+    for thread in (uid, f"copy-{uid}"):
+        got = (await client.get(f"/v1/threads/{thread}/checkpoints/c3")).json()
+        assert [base64.b64decode(i["data"]) for i in got["values"]["messages"]["items"]] == log

@@ -3,8 +3,9 @@
 A checkpoint row holds the small part (versions, metadata, parent); channel values live in
 `checkpoint_blobs`, one row per (thread, namespace, channel, version), so a checkpoint that
 changes one channel stores one value. A value sent as a list of items (a message log) is
-stored as the digests of its items, and each item once per thread in `checkpoint_items`: the
-next version of a 400-message log adds two item rows and 16 bytes per item, not the log.
+stored once per thread per item in `checkpoint_items`, and the list as the digests of chunks
+of 64 item digests (chunks are items too): the next version of a 400-message log adds two
+item rows, its last chunk and 16 bytes per chunk, not the log.
 """
 
 from __future__ import annotations

@@ -35,6 +35,11 @@ from app.threads.aggregate import ThreadAggregate, thread_path
 
 CURSOR = "checkpoints"
 DIGEST_BYTES = 16
+# A list value is stored as the digests of chunks of CHUNK item digests, each chunk an item
+# row of its own: a list that grows at its end keeps its full chunks from version to
+# version, so a new version stores its last chunk and one digest per chunk, not one per item.
+CHUNK = 64
+CHUNK_TYPE = "agentstate.chunk"
 
 
 def checkpoints_path(thread_id: str) -> str:
@@ -99,10 +104,8 @@ class CheckpointService:
         _channel_versions(body.checkpoint)
         thread = await self._writable(thread_id, pre)
         digest = _content_hash(body)
-        existing = await self.repo.get(thread.id, body.checkpoint_ns, body.checkpoint_id)
-        if existing is not None:
-            return self._replayed(thread_id, existing, digest), True
-        await self._store_values(thread.id, body)
+        # The checkpoint row first: a replay or a conflict is known before any value is
+        # written, without a read of its own in the common case.
         row = await self.repo.insert({
             "thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
             "checkpoint_id": body.checkpoint_id,
@@ -111,10 +114,11 @@ class CheckpointService:
             "run_id": run_id if isinstance(run_id := body.metadata.get("run_id"), str)
             and len(run_id) <= 255 else None,
         })
-        if row is None:  # a concurrent create of the same key won
+        if row is None:  # stored before (or by a concurrent create)
             existing = await self.repo.get(thread.id, body.checkpoint_ns, body.checkpoint_id)
             assert existing is not None
             return self._replayed(thread_id, existing, digest), True
+        await self._store_values(thread.id, body)
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
         return self._ref(thread_id, row), False
@@ -155,7 +159,14 @@ class CheckpointService:
                         key = bytes.fromhex(item.digest)
                         referenced.add(key)
                     digests.append(key)
-                row["items"] = b"".join(digests)
+                chunks: list[bytes] = []
+                for start in range(0, len(digests), CHUNK):
+                    data = b"".join(digests[start:start + CHUNK])
+                    key = item_digest(CHUNK_TYPE, data)
+                    new_items[key] = {"thread_pk": thread_pk, "digest": key,
+                                      "type": CHUNK_TYPE, "data": data}
+                    chunks.append(key)
+                row["items"] = b"".join(chunks)
             blobs.append(row)
         referenced -= set(new_items)
         if referenced:
@@ -233,8 +244,11 @@ class CheckpointService:
         unused = [(r.checkpoint_ns, r.channel, r.version) for r in blobs
                   if (r.checkpoint_ns, r.channel, r.version) not in used]
         await self.repo.delete_blobs(thread_pk, unused)
-        kept_items = {d for r in blobs if (r.checkpoint_ns, r.channel, r.version) in used
-                      for d in _split(r._mapping["items"])}
+        chunks = {d for r in blobs if (r.checkpoint_ns, r.channel, r.version) in used
+                  for d in _split(r._mapping["items"])}
+        kept_items = chunks | {d for row in (await self.repo.items(thread_pk, list(chunks))
+                                             if chunks else [])
+                               for d in _split(row.data)}
         await self.repo.delete_items(thread_pk, [
             d for d in await self.repo.item_digests(thread_pk) if d not in kept_items])
 
@@ -286,7 +300,10 @@ class CheckpointService:
         keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
         blobs = {(r.checkpoint_ns, r.channel, r.version): r
                  for r in await self.repo.blobs(pk, keys)}
-        digests = [d for r in blobs.values() for d in _split(r._mapping["items"])]
+        chunk_keys = [d for r in blobs.values() for d in _split(r._mapping["items"])]
+        chunks = {r.digest: _split(r.data)
+                  for r in (await self.repo.items(pk, chunk_keys) if chunk_keys else [])}
+        digests = [d for chunk in chunks.values() for d in chunk]
         items = {r.digest: ItemOut(type=r.type, data=r.data)
                  for r in (await self.repo.items(pk, digests) if digests else [])}
         writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
@@ -305,8 +322,8 @@ class CheckpointService:
                 if blob.items is None:
                     values[channel] = ValueOut(type=blob.type, data=blob.data)
                 else:
-                    values[channel] = ValueOut(
-                        type=blob.type, items=[items[d] for d in _split(blob.items)])
+                    values[channel] = ValueOut(type=blob.type, items=[
+                        items[d] for c in _split(blob.items) for d in chunks[c]])
             out.append(CheckpointOut(
                 thread_id=thread_id, checkpoint_ns=row.checkpoint_ns,
                 checkpoint_id=row.checkpoint_id,
