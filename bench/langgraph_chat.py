@@ -57,6 +57,41 @@ def text(rng: random.Random, size: int = 300) -> str:
     return " ".join(out)[:size]
 
 
+class Timings:
+    """Wall time per saver call (aget_tuple, aput, aput_writes) per turn: where a turn goes."""
+
+    METHODS = ("aget_tuple", "aput", "aput_writes")
+
+    def __init__(self, saver: Any) -> None:
+        self.turn: dict[str, list[float]] = {m: [] for m in self.METHODS}
+        self.turns: list[dict[str, list[float]]] = []
+        for method in self.METHODS:
+            setattr(saver, method, self._timed(method, getattr(saver, method)))
+
+    def _timed(self, name: str, call: Any) -> Any:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                self.turn[name].append((time.perf_counter() - started) * 1000)
+        return timed
+
+    def next_turn(self) -> None:
+        self.turns.append(self.turn)
+        self.turn = {m: [] for m in self.METHODS}
+
+    def summary(self, window: slice) -> str:
+        turns = self.turns[window]
+        parts = []
+        for method in self.METHODS:
+            calls = [x for t in turns for x in t[method]]
+            if calls:
+                parts.append(f"{method} {len(calls) / len(turns):.0f}x "
+                             f"{statistics.median(calls):.1f} ms")
+        return ", ".join(parts)
+
+
 def build(checkpointer: Any, seed: int) -> Any:
     rng = random.Random(seed)
 
@@ -115,6 +150,7 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> N
     text_bytes = 0
     async with AsyncPostgresSaver.from_conn_string(lgpg_dsn) as theirs:
         await theirs.setup()
+        timings = {"agentstate": Timings(ours), "AsyncPostgresSaver": Timings(theirs)}
         graphs = {"agentstate": build(ours, 1), "AsyncPostgresSaver": build(theirs, 1)}
         threads = {name: f"chat-{uuid.uuid4()}" for name in graphs}
         rng = random.Random(7)
@@ -126,12 +162,16 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> N
                 result = await graph.ainvoke({"messages": [HumanMessage(content=message)]},
                                              config)
                 latencies[name].append((time.perf_counter() - started) * 1000)
+                timings[name].next_turn()
                 assert len(result["messages"]) == 2 * turn
             text_bytes += len(message.encode()) + len(result["messages"][-1].content.encode())
             if turn % 50 == 0:
                 print(f"turn {turn}: " + ", ".join(
                     f"{n} {latencies[n][-1]:.1f} ms" for n in latencies), flush=True)
 
+        for name, timing in timings.items():
+            print(f"saver calls per turn, {name}: turns 1-10: {timing.summary(slice(0, 10))}; "
+                  f"last 10: {timing.summary(slice(-10, None))}")
         loads: dict[str, list[float]] = {name: [] for name in graphs}
         for _ in range(5):
             for name in graphs:

@@ -226,3 +226,24 @@ async def test_long_lists_across_chunks_survive_prune_and_copy(client: httpx.Asy
     for thread in (uid, f"copy-{uid}"):
         got = (await client.get(f"/v1/threads/{thread}/checkpoints/c3")).json()
         assert [base64.b64decode(i["data"]) for i in got["values"]["messages"]["items"]] == log
+
+
+async def test_a_list_sent_as_what_it_gained(client: httpx.AsyncClient, uid: str) -> None:
+    """`base_version`: the stored list of that version, then the items sent."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"entry {n}".encode() for n in range(140)]
+    versions = [(1, 0, 63), (2, 63, 64), (3, 64, 130), (4, 130, 140)]
+    for version, start, end in versions:
+        value_ = {"channel": "log", "version": version, "type": "list",
+                  "items": [{"type": "msgpack", "data": b64(m)} for m in log[start:end]]}
+        if start:
+            value_["base_version"] = version - 1
+        made = await client.post(base, json=body(f"c{version}", {"log": version}, [value_]))
+        assert made.status_code == 201, made.text
+    for version, _, end in versions:
+        got = (await client.get(f"{base}/c{version}")).json()["values"]["log"]["items"]
+        assert [base64.b64decode(i["data"]) for i in got] == log[:end], version
+    missing = await client.post(base, json=body("c9", {"log": 9}, [
+        {"channel": "log", "version": 9, "base_version": 8, "type": "list", "items": []}]))
+    assert missing.status_code == 409 and missing.json()["code"] == "checkpoint_items_missing"
+    assert (await client.get(f"{base}/c9")).status_code == 404, "nothing written"

@@ -74,11 +74,16 @@ class ValueIn(Strict):
     type: Tag
     data: Base64 | None = None
     items: list[ItemIn] | None = None
+    base_version: Version | None = Field(None, description=(
+        "With `items`: the value is the list stored under this version of the channel (in "
+        "the same namespace), followed by `items`; only what a list gained is sent."))
 
     @model_validator(mode="after")
     def _one_form(self) -> ValueIn:
         if (self.data is None) == (self.items is None):
             raise ValueError('a value has either "data" or "items"')
+        if self.base_version is not None and self.items is None:
+            raise ValueError('"base_version" goes with "items"')
         return self
 
 

@@ -21,6 +21,7 @@ from app.checkpoints.schemas import (
     CheckpointRef,
     ItemOut,
     ValueOut,
+    Version,
     WriteOut,
     WritesIn,
     version_key,
@@ -160,6 +161,12 @@ class CheckpointService:
                         referenced.add(key)
                     digests.append(key)
                 chunks: list[bytes] = []
+                if value.base_version is not None:
+                    # The stored list at base_version, then these items: its full chunks are
+                    # kept as they are, its last one is continued.
+                    chunks, tail = await self._base(thread_pk, body.checkpoint_ns,
+                                                    value.channel, value.base_version)
+                    digests = tail + digests
                 for start in range(0, len(digests), CHUNK):
                     data = b"".join(digests[start:start + CHUNK])
                     key = item_digest(CHUNK_TYPE, data)
@@ -177,6 +184,28 @@ class CheckpointService:
                     "send them with type and data.", missing=sorted(d.hex() for d in missing))
         await self.repo.insert_items(list(new_items.values()))
         await self.repo.insert_blobs(blobs)
+
+    async def _base(self, thread_pk: int, ns: str, channel: str,
+                    version: Version) -> tuple[list[bytes], list[bytes]]:
+        """The full chunks of a stored list value and the item digests of its last chunk
+        when that one is not full; 409 if the thread holds no such list."""
+        key = version_key(version)
+        found = await self.repo.blobs(thread_pk, [(ns, channel, key)])
+        stored = found[0]._mapping["items"] if found else None
+        if stored is None:
+            raise CheckpointItemsMissing(
+                f"Version {key!r} of channel {channel!r} is not a list stored in this thread; "
+                "send every item.", missing=[])
+        chunks = _split(stored)
+        if not chunks:
+            return [], []
+        last = await self.repo.items(thread_pk, [chunks[-1]])
+        if not last:
+            raise CheckpointItemsMissing(f"The last chunk of version {key!r} of channel "
+                                         f"{channel!r} is not stored; send every item.",
+                                         missing=[chunks[-1].hex()])
+        tail = _split(last[0].data)
+        return (chunks, []) if len(tail) == CHUNK else (chunks[:-1], tail)
 
     async def put_writes(self, thread_id: str, checkpoint_id: str, body: WritesIn,
                          pre: Preconditions) -> int:
@@ -304,7 +333,9 @@ class CheckpointService:
         chunks = {r.digest: _split(r.data)
                   for r in (await self.repo.items(pk, chunk_keys) if chunk_keys else [])}
         digests = [d for chunk in chunks.values() for d in chunk]
-        items = {r.digest: ItemOut(type=r.type, data=r.data)
+        # Built without validation: the rows are what was validated on the way in, and a
+        # 400-message log would otherwise be validated item by item on every read.
+        items = {r.digest: ItemOut.model_construct(type=r.type, data=r.data)
                  for r in (await self.repo.items(pk, digests) if digests else [])}
         writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
         for r in await self.repo.writes(pk, [(row.checkpoint_ns, row.checkpoint_id)

@@ -30,6 +30,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 try:
@@ -92,6 +93,9 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._list_items = list_items
         # thread name -> digests of items the server holds for it (as far as we know).
         self._known: OrderedDict[str, set[str]] = OrderedDict()
+        # (thread name, namespace, channel) -> the version and item digests of the list this
+        # saver stored last: a list that extends it is sent as what it gained.
+        self._lists: OrderedDict[tuple[str, str, str], tuple[Any, list[str]]] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -142,29 +146,50 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _forget(self, thread: str) -> None:
         with self._lock:
             self._known.pop(thread, None)
+            for key in [key for key in self._lists if key[0] == thread]:
+                del self._lists[key]
 
-    def _value(self, channel: str, version: Any, value: Any, known: set[str],
-               sent: list[str]) -> dict[str, Any]:
+    def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
+               sent: _Sent) -> dict[str, Any]:
+        channel = where[2]
         if self._list_items and type(value) is list:
-            items: list[dict[str, Any]] = []
-            for element in value:
-                type_, data = self.serde.dumps_typed(element)
-                digest = item_digest(type_, data)
-                sent.append(digest)
-                items.append({"digest": digest} if digest in known
-                             else {"type": type_, "data": _b64(data)})
-            return {"channel": channel, "version": version, "type": LIST_TYPE, "items": items}
+            encoded = [self.serde.dumps_typed(element) for element in value]
+            digests = [item_digest(type_, data) for type_, data in encoded]
+            sent.items.extend(digests)
+            sent.lists[where] = (version, digests)
+            value_: dict[str, Any] = {"channel": channel, "version": version,
+                                      "type": LIST_TYPE}
+            start = 0
+            with self._lock:
+                last = self._lists.get(where)
+            if last is not None and digests[:len(last[1])] == last[1]:
+                value_["base_version"], start = last[0], len(last[1])
+            value_["items"] = [{"digest": digest} if digest in known
+                               else {"type": type_, "data": _b64(data)}
+                               for (type_, data), digest in zip(encoded[start:], digests[start:])]
+            return value_
         type_, data = self.serde.dumps_typed(value)
         return {"channel": channel, "version": version, "type": type_, "data": _b64(data)}
 
+    def _remember(self, thread: str, sent: _Sent) -> None:
+        with self._lock:
+            self._known.setdefault(thread, set()).update(sent.items)
+            for where, last in sent.lists.items():
+                self._lists[where] = last
+                self._lists.move_to_end(where)
+            while len(self._lists) > 4 * _KNOWN_THREADS:
+                self._lists.popitem(last=False)
+
     def _put_body(self, config: RunnableConfig, checkpoint: Checkpoint,
                   metadata: CheckpointMetadata, new_versions: ChannelVersions,
-                  known: set[str]) -> tuple[dict[str, Any], list[str]]:
+                  known: set[str]) -> tuple[dict[str, Any], _Sent]:
         conf = config["configurable"]
+        thread = encode_id(str(conf["thread_id"]))
+        ns = conf.get("checkpoint_ns", "")
         stored: dict[str, Any] = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         values = checkpoint["channel_values"]
-        sent: list[str] = []
-        blobs = [self._value(channel, version, values[channel], known, sent)
+        sent = _Sent()
+        blobs = [self._value((thread, ns, channel), version, values[channel], known, sent)
                  if channel in values else
                  {"channel": channel, "version": version, "type": EMPTY_TYPE, "data": ""}
                  for channel, version in new_versions.items()]
@@ -277,11 +302,11 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         body, sent = self._put_body(config, checkpoint, metadata, new_versions, known)
         try:
             self._client.create_checkpoint(name, body)
-        except CheckpointItemsMissing:
+        except CheckpointItemsMissing:  # pruned or deleted meanwhile: send everything
             self._forget(name)
             body, sent = self._put_body(config, checkpoint, metadata, new_versions, set())
             self._client.create_checkpoint(name, body)
-        known.update(sent)
+        self._remember(name, sent)
         return self._stored(config, checkpoint)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
@@ -365,11 +390,11 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         body, sent = self._put_body(config, checkpoint, metadata, new_versions, known)
         try:
             await self._aclient().create_checkpoint(name, body)
-        except CheckpointItemsMissing:
+        except CheckpointItemsMissing:  # pruned or deleted meanwhile: send everything
             self._forget(name)
             body, sent = self._put_body(config, checkpoint, metadata, new_versions, set())
             await self._aclient().create_checkpoint(name, body)
-        known.update(sent)
+        self._remember(name, sent)
         return self._stored(config, checkpoint)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
@@ -405,6 +430,14 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                 await self._aclient().prune_checkpoints(encode_id(str(thread_id)), keep)
             except NotFound:
                 pass
+
+
+@dataclass
+class _Sent:
+    """What one checkpoint sent: item digests, and the lists by (thread, namespace, channel)."""
+
+    items: list[str] = field(default_factory=list)
+    lists: dict[tuple[str, str, str], tuple[Any, list[str]]] = field(default_factory=dict)
 
 
 def _keep(strategy: str) -> int:
