@@ -125,6 +125,9 @@ async def sizes(dsn: str) -> dict[str, dict[str, int]]:
             rows = {table: await connection.fetchval(f"SELECT count(*) FROM {schema}.{table}")
                     for table in tables}
             out[system] = {"total": total, "payload": payload, **rows}
+            out[system]["tables_kib"] = {table: round(await connection.fetchval(
+                f"SELECT pg_total_relation_size('{schema}.{table}')") / 1024)
+                for table in tables}
         out["agentstate"]["events"] = await connection.fetchval(
             "SELECT count(*) FROM events WHERE type LIKE 'checkpoint.%'")
         return out
@@ -212,8 +215,9 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
         print(f"| {label} | " + " | ".join(
             f"{stored[n][key] / 1048576:.2f} MiB ({stored[n][key] / text_bytes:.0f}x text)"
             for n in latencies) + " |")
-    print("\nrows:", {n: {k: v for k, v in s.items() if k not in ("total", "payload")}
-                      for n, s in stored.items()})
+    print("\nrows and KiB per table:", {
+        n: {k: v for k, v in s.items() if k not in ("total", "payload")}
+        for n, s in stored.items()})
     print("per turn, agentstate:", [round(x, 1) for x in latencies["agentstate"][first]],
           [round(x, 1) for x in latencies["agentstate"][last]])
     print("per turn, AsyncPostgresSaver:",

@@ -121,14 +121,15 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
 
         Values are stored once per (channel, version), so a fork (`update_state` on a past
         checkpoint) must not reuse the version a later checkpoint of the other branch holds.
-        Zero-padded, so versions compare as their counters do (as LangGraph's own savers)."""
+        Zero-padded to a fixed width, so versions compare as their counters do (as LangGraph's
+        own savers); 48 random bits tell apart two branches' writes of the same counter."""
         if current is None:
             counter = 0
         elif isinstance(current, int):
             counter = current
         else:
             counter = int(str(current).split(".", 1)[0])
-        return f"{counter + 1:032}.{secrets.randbelow(10**16):016}"
+        return f"{counter + 1:016}.{secrets.token_hex(6)}"
 
     # --- encoding ------------------------------------------------------------------------
 
