@@ -247,3 +247,27 @@ async def test_a_list_sent_as_what_it_gained(client: httpx.AsyncClient, uid: str
         {"channel": "log", "version": 9, "base_version": 8, "type": "list", "items": []}]))
     assert missing.status_code == 409 and missing.json()["code"] == "checkpoint_items_missing"
     assert (await client.get(f"{base}/c9")).status_code == 404, "nothing written"
+
+
+async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    cases = [
+        body("c1", {"a": [1]}),  # a version that is no scalar
+        body("c1", {"a": "v" * 300}),  # a version longer than its stored key may be
+        body("c1", {}, [value("a", "v" * 300, b"x")]),
+        body("c1", {}, [{**value("a", 1, b"x"), "data": "not base64!"}]),
+        body("c1", {}, [{"channel": "a", "version": 1, "type": "list", "data": "eA==",
+                         "items": []}]),
+        body("c1", {}, [{"channel": "a", "version": 1, "type": "t", "items": [
+            {"type": "t"}]}]),
+        {**body("c1", {}), "extra": 1},
+    ]
+    for case in cases:
+        response = await client.post(base, json=case)
+        assert response.status_code == 422, (case, response.text)
+    nul = await client.get(base, params={"checkpoint_ns": "a\x00b"})
+    assert nul.status_code == 422
+    huge = await client.post(f"{base}/c1/writes", json={"task_id": "t", "writes": [
+        {"idx": 2**40, "channel": "a", "type": "t", "data": "eA=="}]})
+    assert huge.status_code == 422
+    assert (await client.get(base)).status_code == 404, "nothing created the thread"

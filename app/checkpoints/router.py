@@ -27,7 +27,7 @@ router = APIRouter(tags=["checkpoints"])
 
 BASE = "/v1/threads/{thread_id}/checkpoints"
 CheckpointId = Annotated[str, name_path("Checkpoint id")]
-Namespace = Annotated[str, Query(max_length=1024, description='The namespace; "" (the root '
+Namespace = Annotated[str, Query(max_length=1024, pattern=r"^[^\x00]*$", description='The namespace; "" (the root '
                                                                "graph) when omitted.")]
 
 
@@ -52,7 +52,8 @@ async def list_checkpoints(
     thread_id: ThreadId, request: Request, response: Response, uow: Reader,
     settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
     checkpoint_ns: Annotated[str | None, Query(
-        max_length=1024, description="One namespace; every namespace when omitted.")] = None,
+        max_length=1024, pattern=r"^[^\x00]*$",
+        description="One namespace; every namespace when omitted.")] = None,
     before: Annotated[str | None, Query(
         pattern=NAME_PATTERN, description="Only checkpoints with a smaller id.")] = None,
     metadata: Annotated[str | None, Query(

@@ -31,10 +31,12 @@ def _b64encode(value: bytes) -> str:
 Base64 = Annotated[bytes, BeforeValidator(_b64decode),
                    PlainSerializer(_b64encode, return_type=str, when_used="json")]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=255)]
-Namespace = Annotated[str, StringConstraints(max_length=1024)]
+Namespace = Annotated[str, StringConstraints(max_length=1024, pattern=r"^[^\x00]*$")]
 Channel = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-# A channel version as LangGraph has it: an integer, a float or a string, compared as sent.
-Version = int | float | str
+# A channel version as LangGraph has it: an integer, a float or a string, compared as sent
+# (its stored key, `version_key`, has at most 255 characters).
+Version = (Annotated[int, Field(ge=-(10**18), le=10**18)] | float
+           | Annotated[str, StringConstraints(max_length=255)])
 Digest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
 
 

@@ -64,7 +64,8 @@ def _channel_versions(checkpoint: dict[str, Any]) -> dict[str, str]:
     versions = checkpoint.get("channel_versions", {})
     if not isinstance(versions, dict) or not all(
             isinstance(v, (int, float, str)) and not isinstance(v, bool)
-            for v in versions.values()):
+            and len(version_key(v)) <= 255 and len(channel) <= 1024
+            for channel, v in versions.items()):
         raise Unprocessable(
             "checkpoint.channel_versions must be an object of channel to version.",
             errors=[{"pointer": "/checkpoint/channel_versions", "code": "invalid_versions",
