@@ -24,6 +24,7 @@ Install with `pip install 'agentstate-client[langgraph]'`.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import secrets
@@ -89,6 +90,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
         self._client = client or AgentStateClient(base_url, api_key=api_key, timeout=timeout)
         self._async_client = async_client
+        self._async_loop: asyncio.AbstractEventLoop | None = None
         self._owns_async = async_client is None
         self._list_items = list_items
         # thread name -> digests of items the server holds for it (as far as we know).
@@ -103,9 +105,13 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         return self._client
 
     def _aclient(self) -> AsyncAgentStateClient:
-        if self._async_client is None:
+        # An httpx.AsyncClient's connections belong to the event loop that opened them: a
+        # saver used from another loop (a second asyncio.run) gets a client of its own.
+        loop = asyncio.get_running_loop()
+        if self._async_client is None or (self._owns_async and loop is not self._async_loop):
             self._async_client = AsyncAgentStateClient(self._base_url, api_key=self._api_key,
                                                        timeout=self._timeout)
+            self._async_loop = loop
         return self._async_client
 
     def close(self) -> None:

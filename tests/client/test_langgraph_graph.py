@@ -92,3 +92,28 @@ def test_interrupt_resume_history_fork_and_restart(database_url: str, uid: str) 
         saver.close()
     finally:
         server.stop()
+
+
+def test_one_saver_across_event_loops_and_blocking_calls(server: ServerProcess, uid: str) -> None:
+    """The same saver from two `asyncio.run`s and from blocking code; a graph's state written
+    by one form reads back through the other."""
+    import asyncio
+
+    saver = AgentStateSaver(base_url=server.base_url)
+    graph = build(saver)
+    config = {"configurable": {"thread_id": f"loops/{uid}"}}
+
+    async def first() -> None:
+        await graph.ainvoke({"messages": [HumanMessage("weather in Oslo")]}, config)
+
+    async def second() -> str:
+        result = await graph.ainvoke(Command(resume="carol"), config)
+        return str(result["messages"][-1].content)
+
+    asyncio.run(first())
+    assert asyncio.run(second()) == "answer: sunny in Oslo (approved by carol)"
+    assert len(list(graph.get_state_history(config))) == 5
+    saver.prune([f"loops/{uid}"], strategy="keep_latest")
+    assert len(list(graph.get_state_history(config))) == 1
+    assert graph.get_state(config).values["messages"][-1].content.endswith("carol)")
+    saver.close()
