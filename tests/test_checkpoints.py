@@ -271,3 +271,35 @@ async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
         {"idx": 2**40, "channel": "a", "type": "t", "data": "eA=="}]})
     assert huge.status_code == 422
     assert (await client.get(base)).status_code == 404, "nothing created the thread"
+
+
+async def test_prunes_racing_saves_never_lose_a_value(client: httpx.AsyncClient,
+                                                      uid: str) -> None:
+    """Saves that continue a list (`base_version`) and prunes to the latest, all at once on
+    one thread: every checkpoint left reads back whole, and a save whose base was pruned is
+    refused (409), never stored with a value missing."""
+    import asyncio
+
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.post(base, json=body("c000", {"log": 0, "x": 0}, [
+        {"channel": "log", "version": 0, "type": "list", "items": []}, value("x", 0, b"x")]))
+
+    async def save(n: int) -> int:
+        response = await client.post(base, json=body(f"c{n:03}", {"log": n, "x": 0}, [
+            {"channel": "log", "version": n, "base_version": 0, "type": "list",
+             "items": [{"type": "msgpack", "data": b64(f"m{n}".encode())}]}]))
+        return response.status_code
+
+    async def prune() -> int:
+        return (await client.post(f"{base}/prune", json={"keep": 1})).status_code
+
+    statuses = await asyncio.gather(*[save(n) if n % 3 else prune() for n in range(1, 31)])
+    assert set(statuses) <= {200, 201, 409}, statuses
+    assert 201 in statuses
+    for checkpoint in (await client.get(base, params={"limit": 100})).json()["data"]:
+        got = (await client.get(f"{base}/{checkpoint['checkpoint_id']}")).json()["values"]
+        n = int(checkpoint["checkpoint_id"][1:])
+        if n:
+            assert [base64.b64decode(i["data"]) for i in got["log"]["items"]] == [
+                f"m{n}".encode()]
+        assert base64.b64decode(got["x"]["data"]) == b"x"

@@ -7,7 +7,20 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, LargeBinary, and_, any_, bindparam, delete, literal, or_, select, tuple_
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    LargeBinary,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,6 +34,7 @@ i = table(CheckpointItem)
 w = table(CheckpointWrite)
 # Bound parameters per statement stay well below SQLite's 32766 and asyncpg's 32767.
 _CHUNK = 500
+_LOCK_NAMESPACE = 0x61676370  # "agcp": a thread's checkpoint values (see `lock_values`)
 
 
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
@@ -48,6 +62,17 @@ class CheckpointRepository:
             return
         for chunk in _chunks(values):
             yield i.c.digest.in_(list(chunk))
+
+    async def lock_values(self, thread_pk: int, *, exclusive: bool) -> None:
+        """Postgres: a transaction lock on the thread's stored values. Writes that may refer
+        to stored values take it shared, deletes that collect unreferenced values take it
+        exclusive, so a collection never drops a value a concurrent checkpoint refers to.
+        (SQLite serialises writers already.)"""
+        if dialect_name(self.connection) != "postgresql":
+            return
+        lock = func.pg_advisory_xact_lock if exclusive else func.pg_advisory_xact_lock_shared
+        await self.connection.execute(select(lock(
+            literal(_LOCK_NAMESPACE, Integer), literal(thread_pk % 2**31, Integer))))
 
     # --- reads ---------------------------------------------------------------------------
 

@@ -120,6 +120,7 @@ class CheckpointService:
             existing = await self.repo.get(thread.id, body.checkpoint_ns, body.checkpoint_id)
             assert existing is not None
             return self._replayed(thread_id, existing, digest), True
+        await self.repo.lock_values(thread.id, exclusive=False)
         await self._store_values(thread.id, body)
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
@@ -228,6 +229,7 @@ class CheckpointService:
 
     async def delete_all(self, thread_id: str, pre: Preconditions) -> int:
         thread = await self._writable(thread_id, pre, create=False)
+        await self.repo.lock_values(thread.id, exclusive=True)
         count = await self.repo.delete_all(thread.id)
         self._record("deleted", thread_id)
         return count
@@ -236,6 +238,7 @@ class CheckpointService:
         """Keep the newest `keep` checkpoints of each namespace; how many were deleted."""
         thread = await self._writable(thread_id, pre, create=False)
         if keep == 0:
+            await self.repo.lock_values(thread.id, exclusive=True)
             count = await self.repo.delete_all(thread.id)
         else:
             seen: dict[str, int] = defaultdict(int)
@@ -244,6 +247,7 @@ class CheckpointService:
                 seen[row.checkpoint_ns] += 1
                 if seen[row.checkpoint_ns] > keep:
                     doomed.append(row)
+            await self.repo.lock_values(thread.id, exclusive=True)
             await self.repo.delete_checkpoints(thread.id, doomed)
             await self._collect(thread.id)
             count = len(doomed)
@@ -256,7 +260,8 @@ class CheckpointService:
         by_thread: dict[int, list[AnyRow]] = defaultdict(list)
         for row in rows:
             by_thread[row.thread_pk].append(row)
-        for thread_pk, doomed in by_thread.items():
+        for thread_pk, doomed in sorted(by_thread.items()):  # locks in one order
+            await self.repo.lock_values(thread_pk, exclusive=True)
             await self.repo.delete_checkpoints(thread_pk, doomed)
             await self._collect(thread_pk)
         if rows:
@@ -286,6 +291,7 @@ class CheckpointService:
         """Copy every checkpoint (with values and writes) into another thread."""
         source = await self._writable(thread_id, pre, create=False)
         target = await self.threads.for_child_write(target_id)
+        await self.repo.lock_values(source.id, exclusive=False)  # no collection mid-copy
         count = await self.repo.copy(source.id, target.id, utcnow())
         self._record("copied", target_id)
         return count
