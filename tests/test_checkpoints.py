@@ -303,3 +303,28 @@ async def test_prunes_racing_saves_never_lose_a_value(client: httpx.AsyncClient,
             assert [base64.b64decode(i["data"]) for i in got["log"]["items"]] == [
                 f"m{n}".encode()]
         assert base64.b64decode(got["x"]["data"]) == b"x"
+
+
+async def test_reads_by_digest_and_items_fetched_apart(client: httpx.AsyncClient,
+                                                       uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"entry {n}".encode() for n in range(70)]
+    await client.post(base, json=body("c1", {"log": 1}, [
+        {"channel": "log", "version": 1, "type": "list",
+         "items": [{"type": "msgpack", "data": b64(m)} for m in log]}]))
+    expected = [digest("msgpack", m) for m in log]
+    for response in (await client.get(f"{base}/c1", params={"items": "digests"}),
+                     await client.get(f"{base}/latest", params={"items": "digests"})):
+        value_ = response.json()["values"]["log"]
+        assert value_["digests"] == expected and value_["items"] is None
+    listed = (await client.get(base, params={"items": "digests"})).json()["data"][0]
+    assert listed["values"]["log"]["digests"] == expected
+    fetched = await client.post(f"{base}/items", json={"digests": expected[:3] + ["f" * 32]})
+    assert fetched.status_code == 200, fetched.text
+    assert [(i["digest"], base64.b64decode(i["data"])) for i in sorted(
+        fetched.json()["data"], key=lambda i: expected.index(i["digest"]))] == list(
+        zip(expected[:3], log[:3]))
+    whole = (await client.get(f"{base}/c1")).json()["values"]["log"]
+    assert "digest" not in whole["items"][0] and whole["digests"] is None
+    assert (await client.post(f"/v1/threads/nope-{uid}/checkpoints/items",
+                              json={"digests": []})).status_code == 404

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -11,6 +11,8 @@ from app.checkpoints.schemas import (
     CopyIn,
     Counted,
     DeleteRunsIn,
+    ItemsIn,
+    ItemsOut,
     PruneIn,
     WritesIn,
 )
@@ -24,6 +26,10 @@ from app.http.preconditions import ThreadIfMatch
 from app.http.problems import responses
 
 router = APIRouter(tags=["checkpoints"])
+
+ItemsMode = Annotated[Literal["data", "digests"], Query(
+    description="`digests`: list values carry their items' digests (`digests`) instead of "
+                "the items; fetch the ones you do not hold with POST .../checkpoints/items.")]
 
 BASE = "/v1/threads/{thread_id}/checkpoints"
 CheckpointId = Annotated[str, name_path("Checkpoint id")]
@@ -58,10 +64,12 @@ async def list_checkpoints(
         pattern=NAME_PATTERN, description="Only checkpoints with a smaller id.")] = None,
     metadata: Annotated[str | None, Query(
         description="JSON object; containment in `metadata` (@>).")] = None,
+    items: ItemsMode = "data",
 ) -> Page[CheckpointOut]:
     page = await CheckpointService(uow, settings).history(
         thread_id, ns=checkpoint_ns, before=before,
-        metadata=json_object_param("metadata", metadata), limit=limit, cursor=cursor)
+        metadata=json_object_param("metadata", metadata), limit=limit, cursor=cursor,
+        by_digest=items == "digests")
     return linked(request, response, page)
 
 
@@ -96,15 +104,27 @@ async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: Writer,
 @router.get(f"{BASE}/latest", responses=responses(404),
             summary="Get the newest checkpoint of a namespace")
 async def latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
-                            checkpoint_ns: Namespace = "") -> CheckpointOut:
-    return await CheckpointService(uow, settings).latest(thread_id, checkpoint_ns)
+                            checkpoint_ns: Namespace = "",
+                            items: ItemsMode = "data") -> CheckpointOut:
+    return await CheckpointService(uow, settings).latest(thread_id, checkpoint_ns,
+                                                         by_digest=items == "digests")
+
+
+@router.post(f"{BASE}/items", responses=responses(404),
+             summary="Get list items by digest (what ?items=digests left out)")
+async def get_items(thread_id: ThreadId, body: ItemsIn, uow: Reader,
+                    settings: SettingsDep) -> ItemsOut:
+    """The thread's items with these digests; digests it does not hold are left out."""
+    return ItemsOut(data=await CheckpointService(uow, settings).items(thread_id, body.digests))
 
 
 @router.get(BASE + "/{checkpoint_id}", responses=responses(404),
             summary="Get a checkpoint with its values and pending writes")
 async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
-                         settings: SettingsDep, checkpoint_ns: Namespace = "") -> CheckpointOut:
-    return await CheckpointService(uow, settings).get(thread_id, checkpoint_ns, checkpoint_id)
+                         settings: SettingsDep, checkpoint_ns: Namespace = "",
+                         items: ItemsMode = "data") -> CheckpointOut:
+    return await CheckpointService(uow, settings).get(thread_id, checkpoint_ns, checkpoint_id,
+                                                      by_digest=items == "digests")
 
 
 @router.post(BASE + "/{checkpoint_id}/writes", responses=responses(410, 412),

@@ -7,7 +7,16 @@ import base64
 import binascii
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, PlainSerializer, StringConstraints, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    StringConstraints,
+    model_serializer,
+    model_validator,
+)
 
 from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 
@@ -140,15 +149,33 @@ class CheckpointRef(RowModel):
     created_at: Timestamp
 
 
-class ItemOut(Strict):
+class ItemOut(BaseModel):
     type: str
     data: Base64
+    digest: str | None = Field(None, description="In answers to `items`: the item's digest.")
+
+    @model_serializer(mode="wrap")
+    def _without_null_digest(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("digest") is None:
+            out.pop("digest", None)
+        return out
 
 
 class ValueOut(Strict):
     type: str
     data: Base64 | None = None
     items: list[ItemOut] | None = None
+    digests: list[str] | None = Field(None, description=(
+        "With `?items=digests`: the items' digests in order, instead of `items`."))
+
+
+class ItemsIn(Strict):
+    digests: list[Digest] = Field(max_length=5000)
+
+
+class ItemsOut(BaseModel):
+    data: list[ItemOut]
 
 
 class WriteOut(Strict):

@@ -298,26 +298,28 @@ class CheckpointService:
 
     # --- reads ---------------------------------------------------------------------------
 
-    async def latest(self, thread_id: str, ns: str) -> CheckpointOut:
+    async def latest(self, thread_id: str, ns: str, *,
+                     by_digest: bool = False) -> CheckpointOut:
         pk = await self.threads.live_pk(thread_id)
         rows = await self.repo.page(pk, ns=ns, before=None, after=None, metadata=None, limit=1)
         if not rows:
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
-        return (await self._expand(thread_id, pk, rows))[0]
+        return (await self._expand(thread_id, pk, rows, by_digest))[0]
 
-    async def get(self, thread_id: str, ns: str, checkpoint_id: str) -> CheckpointOut:
+    async def get(self, thread_id: str, ns: str, checkpoint_id: str, *,
+                  by_digest: bool = False) -> CheckpointOut:
         pk = await self.threads.live_pk(thread_id)
         row = await self.repo.get(pk, ns, checkpoint_id)
         if row is None:
             raise CheckpointNotFound(
                 f"Checkpoint {checkpoint_id!r} in namespace {ns!r} of thread {thread_id!r} "
                 "does not exist.")
-        return (await self._expand(thread_id, pk, [row]))[0]
+        return (await self._expand(thread_id, pk, [row], by_digest))[0]
 
     async def history(self, thread_id: str, *, ns: str | None, before: str | None,
                    metadata: dict[str, Any] | None, limit: int,
-                   cursor: str | None) -> Page[CheckpointOut]:
+                   cursor: str | None, by_digest: bool = False) -> Page[CheckpointOut]:
         pk = await self.threads.live_pk(thread_id)
         after = decode_name_cursor(CURSOR, cursor, 2)
         rows = await self.repo.page(pk, ns=ns, before=before,
@@ -325,13 +327,21 @@ class CheckpointService:
                                     metadata=metadata, limit=limit + 1)
         page = split_page(CURSOR, rows, limit,
                           lambda row: [row.checkpoint_id, row.checkpoint_ns], lambda row: row)
-        return Page(data=await self._expand(thread_id, pk, page.data),
+        return Page(data=await self._expand(thread_id, pk, page.data, by_digest),
                     next_cursor=page.next_cursor, has_more=page.has_more)
 
-    async def _expand(self, thread_id: str, pk: int,
-                      rows: list[AnyRow]) -> list[CheckpointOut]:
-        """The checkpoints with their values (items resolved) and pending writes, read in
-        three statements for the whole page."""
+    async def items(self, thread_id: str, digests: list[str]) -> list[ItemOut]:
+        """The items of the thread with these digests (hex); unknown ones are left out."""
+        pk = await self.threads.live_pk(thread_id)
+        keys = [bytes.fromhex(d) for d in digests]
+        return [ItemOut.model_construct(type=r.type, data=r.data, digest=r.digest.hex())
+                for r in (await self.repo.items(pk, keys) if keys else [])
+                if r.type != CHUNK_TYPE]
+
+    async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
+                      by_digest: bool = False) -> list[CheckpointOut]:
+        """The checkpoints with their values (items resolved, or their digests only with
+        `by_digest`) and pending writes, read in a few statements for the whole page."""
         versions = {row.id: _channel_versions(row.checkpoint) for row in rows}
         keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
         blobs = {(r.checkpoint_ns, r.channel, r.version): r
@@ -342,8 +352,9 @@ class CheckpointService:
         digests = [d for chunk in chunks.values() for d in chunk]
         # Built without validation: the rows are what was validated on the way in, and a
         # 400-message log would otherwise be validated item by item on every read.
-        items = {r.digest: ItemOut.model_construct(type=r.type, data=r.data)
-                 for r in (await self.repo.items(pk, digests) if digests else [])}
+        items = {} if by_digest else {
+            r.digest: ItemOut.model_construct(type=r.type, data=r.data)
+            for r in (await self.repo.items(pk, digests) if digests else [])}
         writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
         for r in await self.repo.writes(pk, [(row.checkpoint_ns, row.checkpoint_id)
                                              for row in rows]):
@@ -359,6 +370,9 @@ class CheckpointService:
                     continue
                 if blob.items is None:
                     values[channel] = ValueOut(type=blob.type, data=blob.data)
+                elif by_digest:
+                    values[channel] = ValueOut(type=blob.type, digests=[
+                        d.hex() for c in _split(blob.items) for d in chunks[c]])
                 else:
                     values[channel] = ValueOut(type=blob.type, items=[
                         items[d] for c in _split(blob.items) for d in chunks[c]])

@@ -497,22 +497,35 @@ class _Api:
 
     @operation
     def get_checkpoint(self, thread_id: str, checkpoint_id: str | None = None, *,
-                       checkpoint_ns: str = "") -> Op[JsonObject]:
+                       checkpoint_ns: str = "",
+                       items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
         """One checkpoint with its values and pending writes; the newest of the namespace
-        when `checkpoint_id` is None. Raises `NotFound`."""
+        when `checkpoint_id` is None. `items="digests"`: list values carry their items'
+        digests only (see `get_checkpoint_items`). Raises `NotFound`."""
         which = "latest" if checkpoint_id is None else segment(checkpoint_id)
         body: JsonObject = yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/checkpoints/{which}",
-            params={"checkpoint_ns": checkpoint_ns}))
+            params=drop_none(checkpoint_ns=checkpoint_ns, items=items)))
         return body
+
+    @operation
+    def get_checkpoint_items(self, thread_id: str,
+                             digests: Sequence[str]) -> Op[list[JsonObject]]:
+        """The thread's list items with these digests (`{"digest", "type", "data"}`);
+        digests it does not hold are left out."""
+        body = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/items",
+            json={"digests": list(digests)}))
+        return list(body["data"])
 
     @operation
     def list_checkpoints(self, thread_id: str, *, checkpoint_ns: str | None = None,
                          before: str | None = None, metadata: JsonObject | None = None,
-                         limit: int | None = None, cursor: str | None = None) -> Op[JsonObject]:
+                         limit: int | None = None, cursor: str | None = None,
+                         items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
         """One page (`{"data", "next_cursor", "has_more"}`) of checkpoints, newest first."""
         params = drop_none(checkpoint_ns=checkpoint_ns, before=before, limit=limit,
-                           cursor=cursor,
+                           cursor=cursor, items=items,
                            metadata=json.dumps(metadata) if metadata is not None else None)
         body: JsonObject = yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/checkpoints", params=params))

@@ -30,7 +30,7 @@ import hashlib
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,8 @@ LIST_TYPE = "agentstate.list"  # the type tag of a value sent as its items
 EMPTY_TYPE = "empty"  # a channel in new_versions that holds no value any more
 _PAGE = 100  # the server's largest page
 _KNOWN_THREADS = 256  # threads whose stored item digests the saver remembers
+_FETCH = 5000  # items asked for in one request
+Items = dict[str, tuple[str, bytes]]  # digest -> (type tag, bytes)
 
 
 def _b64(data: bytes) -> str:
@@ -85,7 +87,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                  serde: SerializerProtocol | None = None, timeout: float = 30.0,
                  client: AgentStateClient | None = None,
                  async_client: AsyncAgentStateClient | None = None,
-                 list_items: bool = True) -> None:
+                 list_items: bool = True, item_cache_bytes: int = 64 * 1024 * 1024) -> None:
         super().__init__(serde=serde)
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
         self._client = client or AgentStateClient(base_url, api_key=api_key, timeout=timeout)
@@ -98,6 +100,11 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         # (thread name, namespace, channel) -> the version and item digests of the list this
         # saver stored last: a list that extends it is sent as what it gained.
         self._lists: OrderedDict[tuple[str, str, str], tuple[Any, list[str]]] = OrderedDict()
+        # digest -> (type, bytes) of list items sent or read: reads ask for digests only and
+        # fetch the items missing here. Content-addressed, so never stale.
+        self._items: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._items_bytes = 0
+        self._item_cache_bytes = item_cache_bytes
         self._lock = threading.Lock()
 
     @property
@@ -162,6 +169,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         if self._list_items and type(value) is list:
             encoded = [self.serde.dumps_typed(element) for element in value]
             digests = [item_digest(type_, data) for type_, data in encoded]
+            self._cache_items(zip(digests, encoded))
             sent.items.extend(digests)
             sent.lists[where] = (version, digests)
             value_: dict[str, Any] = {"channel": channel, "version": version,
@@ -208,17 +216,65 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         }
         return body, sent
 
-    def _decode(self, value: dict[str, Any]) -> Any:
+    def _cache_items(self, items: Iterable[tuple[str, tuple[str, bytes]]]) -> None:
+        with self._lock:
+            for digest, item in items:
+                if digest in self._items:
+                    self._items.move_to_end(digest)
+                    continue
+                self._items[digest] = item
+                self._items_bytes += len(item[1])
+            while self._items_bytes > self._item_cache_bytes and self._items:
+                self._items_bytes -= len(self._items.popitem(last=False)[1][1])
+
+    def _needed(self, bodies: Sequence[dict[str, Any]]) -> tuple[Items, list[str]]:
+        """The items the bodies name that the cache holds, and the digests it lacks."""
+        held: Items = {}
+        missing: set[str] = set()
+        with self._lock:
+            for body in bodies:
+                for value in body["values"].values():
+                    for digest in value.get("digests") or ():
+                        item = self._items.get(digest)
+                        if item is None:
+                            missing.add(digest)
+                        else:
+                            held[digest] = item
+        return held, sorted(missing)
+
+    def _keep_fetched(self, held: Items, fetched: Sequence[dict[str, Any]]) -> None:
+        items = [(item["digest"], (item["type"], base64.b64decode(item["data"])))
+                 for item in fetched]
+        held.update(items)
+        self._cache_items(items)
+
+    def _fill(self, name: str, bodies: Sequence[dict[str, Any]]) -> Items:
+        held, missing = self._needed(bodies)
+        for start in range(0, len(missing), _FETCH):
+            self._keep_fetched(held, self._client.get_checkpoint_items(
+                name, missing[start:start + _FETCH]))
+        return held
+
+    async def _afill(self, name: str, bodies: Sequence[dict[str, Any]]) -> Items:
+        held, missing = self._needed(bodies)
+        for start in range(0, len(missing), _FETCH):
+            self._keep_fetched(held, await self._aclient().get_checkpoint_items(
+                name, missing[start:start + _FETCH]))
+        return held
+
+    def _decode(self, value: dict[str, Any], items: Items) -> Any:
+        if value.get("digests") is not None:
+            return [self.serde.loads_typed(items[digest]) for digest in value["digests"]]
         if value.get("items") is not None:
             return [self.serde.loads_typed((item["type"], base64.b64decode(item["data"])))
                     for item in value["items"]]
         return self.serde.loads_typed((value["type"], base64.b64decode(value["data"] or "")))
 
-    def _tuple(self, thread_id: str, body: dict[str, Any]) -> CheckpointTuple:
+    def _tuple(self, thread_id: str, body: dict[str, Any], items: Items) -> CheckpointTuple:
         ns = body["checkpoint_ns"]
         checkpoint: dict[str, Any] = dict(body["checkpoint"])
         checkpoint["channel_values"] = {
-            channel: self._decode(value) for channel, value in body["values"].items()
+            channel: self._decode(value, items) for channel, value in body["values"].items()
             if value["type"] != EMPTY_TYPE}
         parent = body["parent_checkpoint_id"]
         return CheckpointTuple(
@@ -269,12 +325,14 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
+        name = encode_id(thread_id)
         try:
-            body = self._client.get_checkpoint(encode_id(thread_id), get_checkpoint_id(config),
-                                               checkpoint_ns=conf.get("checkpoint_ns", ""))
+            body = self._client.get_checkpoint(name, get_checkpoint_id(config),
+                                               checkpoint_ns=conf.get("checkpoint_ns", ""),
+                                               items="digests")
         except NotFound:
             return None
-        return self._tuple(thread_id, body)
+        return self._tuple(thread_id, body, self._fill(name, [body]))
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None,
@@ -292,11 +350,13 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         while left is None or left > 0:
             try:
                 page = self._client.list_checkpoints(
-                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), **params)
+                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), items="digests",
+                    **params)
             except NotFound:
                 return
+            items = self._fill(name, page["data"])
             for body in page["data"]:
-                yield self._tuple(thread_id, body)
+                yield self._tuple(thread_id, body, items)
             left = None if left is None else left - len(page["data"])
             if not page["has_more"]:
                 return
@@ -355,13 +415,14 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
+        name = encode_id(thread_id)
         try:
             body = await self._aclient().get_checkpoint(
-                encode_id(thread_id), get_checkpoint_id(config),
-                checkpoint_ns=conf.get("checkpoint_ns", ""))
+                name, get_checkpoint_id(config), checkpoint_ns=conf.get("checkpoint_ns", ""),
+                items="digests")
         except NotFound:
             return None
-        return self._tuple(thread_id, body)
+        return self._tuple(thread_id, body, await self._afill(name, [body]))
 
     async def alist(self, config: RunnableConfig | None, *,
                     filter: dict[str, Any] | None = None, before: RunnableConfig | None = None,
@@ -379,11 +440,13 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         while left is None or left > 0:
             try:
                 page = await self._aclient().list_checkpoints(
-                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), **params)
+                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), items="digests",
+                    **params)
             except NotFound:
                 return
+            items = await self._afill(name, page["data"])
             for body in page["data"]:
-                yield self._tuple(thread_id, body)
+                yield self._tuple(thread_id, body, items)
             left = None if left is None else left - len(page["data"])
             if not page["has_more"]:
                 return
