@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.checkpoints.schemas import (
     CheckpointIn,
@@ -33,6 +34,24 @@ ItemsMode = Annotated[Literal["data", "digests"], Query(
 
 BASE = "/v1/threads/{thread_id}/checkpoints"
 CheckpointId = Annotated[str, name_path("Checkpoint id")]
+# The words of the collection's own routes: `GET .../checkpoints/prune` is no checkpoint, so
+# OPTIONS and 405 answer for the route that is there. (Checkpoints with these ids can be
+# stored and listed, not read one by one.)
+RESERVED = ("latest", "prune", "copy", "items")
+
+
+class _CheckpointIdConvertor(Convertor[str]):
+    regex = rf"(?!(?:{'|'.join(RESERVED)})$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("checkpoint_id", _CheckpointIdConvertor())
+ONE = BASE + "/{checkpoint_id:checkpoint_id}"
 Namespace = Annotated[str, Query(max_length=1024, pattern=r"^[^\x00]*$", description='The namespace; "" (the root '
                                                                "graph) when omitted.")]
 
@@ -68,7 +87,8 @@ async def list_checkpoints(
 ) -> Page[CheckpointOut]:
     page = await CheckpointService(uow, settings).history(
         thread_id, ns=checkpoint_ns, before=before,
-        metadata=json_object_param("metadata", metadata), limit=limit, cursor=cursor,
+        metadata=json_object_param("metadata", metadata, settings.max_json_depth),
+        limit=limit, cursor=cursor,
         by_digest=items == "digests")
     return linked(request, response, page)
 
@@ -103,7 +123,7 @@ async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: Writer,
 
 @router.get(f"{BASE}/latest", responses=responses(404),
             summary="Get the newest checkpoint of a namespace")
-async def latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
                             checkpoint_ns: Namespace = "",
                             items: ItemsMode = "data") -> CheckpointOut:
     return await CheckpointService(uow, settings).latest(thread_id, checkpoint_ns,
@@ -112,13 +132,13 @@ async def latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: Settings
 
 @router.post(f"{BASE}/items", responses=responses(404),
              summary="Get list items by digest (what ?items=digests left out)")
-async def get_items(thread_id: ThreadId, body: ItemsIn, uow: Reader,
+async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Reader,
                     settings: SettingsDep) -> ItemsOut:
     """The thread's items with these digests; digests it does not hold are left out."""
     return ItemsOut(data=await CheckpointService(uow, settings).items(thread_id, body.digests))
 
 
-@router.get(BASE + "/{checkpoint_id}", responses=responses(404),
+@router.get(ONE, responses=responses(404),
             summary="Get a checkpoint with its values and pending writes")
 async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
                          settings: SettingsDep, checkpoint_ns: Namespace = "",
@@ -127,9 +147,9 @@ async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: 
                                                       by_digest=items == "digests")
 
 
-@router.post(BASE + "/{checkpoint_id}/writes", responses=responses(410, 412),
+@router.post(ONE + "/writes", responses=responses(410, 412),
              summary="Store a task's pending writes (repeats ignored)")
-async def put_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: WritesIn,
+async def put_checkpoint_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: WritesIn,
                      uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> Counted:
     """Keyed by (task_id, idx) within the checkpoint: a write whose key is stored is ignored,
     as graph runtimes expect. `count`: the writes sent."""
@@ -139,5 +159,5 @@ async def put_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: Wri
 
 @router.post("/v1/checkpoints/delete-runs", responses=responses(),
              summary="Delete the checkpoints of runs (metadata run_id), in every thread")
-async def delete_runs(body: DeleteRunsIn, uow: Writer, settings: SettingsDep) -> Counted:
+async def delete_checkpoint_runs(body: DeleteRunsIn, uow: Writer, settings: SettingsDep) -> Counted:
     return Counted(count=await CheckpointService(uow, settings).delete_runs(body.run_ids))
