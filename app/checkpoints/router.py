@@ -132,9 +132,11 @@ async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: Sett
 
 @router.post(f"{BASE}/items", responses=responses(404),
              summary="Get list items by digest (what ?items=digests left out)")
-async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Reader,
-                    settings: SettingsDep) -> ItemsOut:
-    """The thread's items with these digests; digests it does not hold are left out."""
+async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer,
+                               settings: SettingsDep) -> ItemsOut:
+    """The thread's items with these digests; digests it does not hold are left out. A POST
+    (thousands of digests do not fit a URL), so it takes the `write` scope like every POST;
+    it changes nothing."""
     return ItemsOut(data=await CheckpointService(uow, settings).items(thread_id, body.digests))
 
 
