@@ -11,6 +11,7 @@ from app.agent_states.router import router as agent_states_router
 from app.batch.router import router as batch_router
 from app.auth.authenticator import Authenticator
 from app.auth.tenancy import install_tenant_guard
+from app.checkpoints.router import router as checkpoints_router
 from app.compactions.router import router as compactions_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
@@ -32,7 +33,7 @@ from app.threads.router import router as threads_router
 
 ROUTERS = [
     ops_router, threads_router, messages_router, compactions_router, agent_states_router,
-    mcp_servers_router, events_router, batch_router,
+    mcp_servers_router, events_router, batch_router, checkpoints_router,
 ]
 
 
@@ -87,7 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
     install_handlers(app, settings.retry_after_seconds)
-    install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth)
+    install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth,
+                       settings.max_checkpoint_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
     install_openapi(app)

@@ -74,6 +74,17 @@ OPERATION_IDS = {
     ("patch", "/v1/threads/{thread_id}/messages/{message_id}"): "redactMessage",
     ("post", "/v1/batch"): "runBatch",
     ("get", "/v1/events/stream"): "streamEvents",
+    ("post", "/v1/threads/{thread_id}/checkpoints"): "createCheckpoint",
+    ("get", "/v1/threads/{thread_id}/checkpoints"): "listCheckpoints",
+    ("delete", "/v1/threads/{thread_id}/checkpoints"): "deleteCheckpoints",
+    ("post", "/v1/threads/{thread_id}/checkpoints/prune"): "pruneCheckpoints",
+    ("post", "/v1/threads/{thread_id}/checkpoints/copy"): "copyCheckpoints",
+    ("get", "/v1/threads/{thread_id}/checkpoints/latest"): "getLatestCheckpoint",
+    ("post", "/v1/threads/{thread_id}/checkpoints/items"): "getCheckpointItems",
+    ("get", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}"): "getCheckpoint",
+    ("post", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes"):
+        "putCheckpointWrites",
+    ("post", "/v1/checkpoints/delete-runs"): "deleteCheckpointRuns",
 }
 
 

@@ -176,6 +176,7 @@ async def api_view(client: httpx.AsyncClient, headers: dict[str, str],
             entry["live"] = await read_all(client, f"{base}/messages")
             entry["compactions"] = await read_all(client, f"{base}/compactions")
             entry["revisions"] = await read_all(client, f"{base}/revisions")
+            entry["checkpoints"] = await read_all(client, f"{base}/checkpoints")
             entry["agents"] = await read_all(client, f"{base}/agents")
             for agent in entry["agents"]:
                 state = await client.get(f"{base}/agents/{agent['agent_name']}/state")
@@ -238,6 +239,21 @@ async def populate(client: httpx.AsyncClient, headers: dict[str, str], tag: str)
                           json={"state": {"risk": 0.3}}, headers={"If-Match": '"1"'}))
     await ok(client.delete(f"/v1/threads/{a}/agents/doomed/state",
                            headers={"If-Match": '"1"'}), 204)
+    # Checkpoints: a value as bytes, a list of items continued by base_version, writes.
+    item = {"type": "msgpack", "data": "AAEC"}
+    for n, values in ((1, [{"channel": "log", "version": 1, "type": "list", "items": [item]},
+                           {"channel": "raw", "version": "v1", "type": "bytes", "data": "/wA="}]),
+                      (2, [{"channel": "log", "version": 2, "type": "list", "base_version": 1,
+                            "items": [{"type": "msgpack", "data": "AwQ="}]}]),
+                      (3, [])):
+        await ok(client.post(f"/v1/threads/{a}/checkpoints", json={
+            "checkpoint_ns": "sub:1" if n == 3 else "", "checkpoint_id": f"cp{n}",
+            "parent_checkpoint_id": None if n == 1 else "cp1",
+            "checkpoint": {"v": 1, "channel_versions": {"log": n, "raw": "v1"}},
+            "metadata": {"step": n, "run_id": f"run-{tag}"}, "values": values}), 201)
+    await ok(client.post(f"/v1/threads/{a}/checkpoints/cp1/writes", json={
+        "task_id": "t1", "task_path": "~a", "writes": [
+            {"idx": 0, "channel": "log", "type": "msgpack", "data": "BQ=="}]}))
     await ok(client.post(f"/v1/threads/{a}/fork", json={"thread_id": b, "revision": 12}), 201)
     await ok(client.post(f"/v1/threads/{b}/messages", json={"role": "user", "content": "fork"}),
              201)

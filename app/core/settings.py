@@ -109,6 +109,9 @@ class Settings(BaseSettings):
     # Limits (section 1 of the API contract).
     max_body_bytes: int = Field(1_048_576, ge=1024)
     max_json_depth: int = Field(64, ge=2)
+    # Checkpoint writes carry a graph's channel values (base64 in JSON), which outgrow the
+    # general limit; this one applies to /v1/threads/{id}/checkpoints and below only.
+    max_checkpoint_body_bytes: int = Field(64 * 1_048_576, ge=1024)
     max_batch_messages: int = Field(100, ge=1)
     max_metadata_keys: int = Field(64, ge=1)
     idempotency_ttl_hours: int = Field(24, ge=24)

@@ -2,6 +2,7 @@
 
 from app.agent_states.models import AgentState
 from app.auth.models import ApiKey
+from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
 from app.compactions.models import Compaction
 from app.db.base import Base
 from app.events.models import Event
@@ -11,6 +12,7 @@ from app.messages.models import Message
 from app.threads.models import Thread, ThreadRevision
 
 __all__ = [
-    "AgentState", "ApiKey", "Base", "Compaction", "Event", "IdempotencyKey", "McpServer",
+    "AgentState", "ApiKey", "Base", "Checkpoint", "CheckpointBlob", "CheckpointItem",
+    "CheckpointWrite", "Compaction", "Event", "IdempotencyKey", "McpServer",
     "Message", "Thread", "ThreadRevision",
 ]

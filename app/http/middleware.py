@@ -43,6 +43,8 @@ access_log = logging.getLogger("agentstate.access")
 error_log = logging.getLogger("agentstate.errors")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# Checkpoint writes have their own, higher body limit (AGENTSTATE_MAX_CHECKPOINT_BODY_BYTES).
+_CHECKPOINTS = re.compile(r"^/v1/threads/[^/]+/checkpoints(/|$)")
 
 
 MAX_URI_BYTES = 8192
@@ -226,10 +228,12 @@ class BodyLimitMiddleware:
     surrogate). The parsed value goes on in the scope (`PARSED_BODY`).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int,
+                 max_checkpoint_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.max_depth = max_depth
+        self.max_checkpoint_bytes = max_checkpoint_bytes or max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in _BODY_METHODS:
@@ -265,9 +269,11 @@ class BodyLimitMiddleware:
         await self.app(scope, replay, send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
+        limit = (self.max_checkpoint_bytes if _CHECKPOINTS.match(scope["path"])
+                 else self.max_bytes)
         declared = _header(scope, b"content-length")
-        if declared and declared.isdigit() and int(declared) > self.max_bytes:
-            raise PayloadTooLarge(f"The body exceeds {self.max_bytes} bytes.")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"The body exceeds {limit} bytes.")
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -276,8 +282,8 @@ class BodyLimitMiddleware:
                 break
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
-                raise PayloadTooLarge(f"The body exceeds {self.max_bytes} bytes.")
+            if size > limit:
+                raise PayloadTooLarge(f"The body exceeds {limit} bytes.")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -322,8 +328,10 @@ def _headers(scope: Scope, name: bytes) -> list[str]:
             if key == name]
 
 
-def install_middleware(app: Any, metrics: Metrics, max_bytes: int, max_depth: int) -> None:
+def install_middleware(app: Any, metrics: Metrics, max_bytes: int, max_depth: int,
+                       max_checkpoint_bytes: int | None = None) -> None:
     # Starlette wraps in reverse order: the last added is outermost.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=max_bytes, max_depth=max_depth)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_bytes, max_depth=max_depth,
+                       max_checkpoint_bytes=max_checkpoint_bytes)
     app.add_middleware(RequestShapeMiddleware)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)

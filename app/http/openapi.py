@@ -40,6 +40,9 @@ TAGS = [
     {"name": "events", "description": "The audit log of committed changes, in commit order."},
     {"name": "batch", "description": "Operations on threads, messages and agent states in one "
                                      "transaction, all or nothing."},
+    {"name": "checkpoints", "description": "Immutable checkpoints of graph runtimes "
+                                           "(LangGraph's saver interface), with their channel "
+                                           "values and pending writes."},
 ]
 
 # An entity-tag list (RFC 9110 section 8.8.3) or `*`; opaque tags of visible ASCII.
@@ -70,6 +73,23 @@ EXAMPLES: dict[str, Any] = {
         {"op": "thread.patch", "thread_id": "support-42", "if_match": "\"4\"",
          "body": {"state": {"step": "answer"}}},
     ]},
+    "createCheckpoint": {
+        "checkpoint_ns": "", "checkpoint_id": "1f0c2a7e-5b1d-6c3e-8001-9a2b3c4d5e6f",
+        "parent_checkpoint_id": None,
+        "checkpoint": {"v": 4, "ts": "2026-11-30T12:00:00+00:00",
+                       "channel_versions": {"messages": "0000000000000001.a1b2c3d4e5f6"},
+                       "versions_seen": {}, "updated_channels": ["messages"]},
+        "metadata": {"source": "input", "step": -1, "run_id": "run-1"},
+        "values": [{"channel": "messages", "version": "0000000000000001.a1b2c3d4e5f6",
+                    "type": "agentstate.list", "items": [{"type": "msgpack", "data": "kQ=="}]}]},
+    "putCheckpointWrites": {"checkpoint_ns": "", "task_id": "task-1",
+                            "task_path": "~__pregel_pull, agent",
+                            "writes": [{"idx": 0, "channel": "messages", "type": "msgpack",
+                                        "data": "kQ=="}]},
+    "pruneCheckpoints": {"keep": 1},
+    "copyCheckpoints": {"thread_id": "support-42-copy"},
+    "getCheckpointItems": {"digests": ["0123456789abcdef0123456789abcdef"]},
+    "deleteCheckpointRuns": {"run_ids": ["run-1"]},
 }
 
 _REVISIONED = re.compile(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$")

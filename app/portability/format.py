@@ -14,7 +14,8 @@ A file is:
     api_key records, mcp_server records
     for each thread, by (tenant_id, thread_id):
         the thread record, then its thread_revision, message, compaction, agent_state,
-        idempotency_key and event records, then
+        idempotency_key, checkpoint, checkpoint_blob, checkpoint_item, checkpoint_write and
+        event records, then
         {"kind": "thread_end", "tenant_id": ..., "thread_id": ..., "records": {kind: count}}
     event records that name no thread of the file
     {"kind": "end", "records": <every record line above>}
@@ -116,6 +117,17 @@ KINDS: tuple[Kind, ...] = (
     Kind("agent_state", "agent_states", (*THREAD_KEY, "agent_name"), ("agent_name",), "thread"),
     Kind("idempotency_key", "idempotency_keys", (*THREAD_KEY, "endpoint", "key"),
          ("endpoint", "key"), "thread"),
+    # Checkpoints and what hangs off them (app/checkpoints): bytes travel as base64.
+    Kind("checkpoint", "checkpoints", (*THREAD_KEY, "checkpoint_ns", "checkpoint_id"),
+         ("checkpoint_ns", "checkpoint_id"), "thread"),
+    Kind("checkpoint_blob", "checkpoint_blobs",
+         (*THREAD_KEY, "checkpoint_ns", "channel", "version"),
+         ("checkpoint_ns", "channel", "version"), "thread"),
+    Kind("checkpoint_item", "checkpoint_items", (*THREAD_KEY, "digest"), ("digest",),
+         "thread"),
+    Kind("checkpoint_write", "checkpoint_writes",
+         (*THREAD_KEY, "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+         ("checkpoint_ns", "checkpoint_id", "task_id", "idx"), "thread"),
     # Events name their thread by id, not by key: those of a thread in the file travel in its
     # bundle, the others (MCP servers', a purged thread's) after the last bundle.
     Kind("event", "events", ("tenant_id", "seq"), ("seq",), "thread"),

@@ -174,11 +174,39 @@ def _event(record: dict[str, Any], settings: Settings) -> None:
     _at_least(record, 0, "revision")
 
 
+def _checkpoint(record: dict[str, Any], settings: Settings) -> None:
+    _name(record, "checkpoint_id", "parent_checkpoint_id")
+    for field in ("checkpoint", "metadata"):
+        if not isinstance(record[field], dict):
+            raise _fail(field, "must be an object")
+    if not _HEX64.match(record["content_hash"]):
+        raise _fail("content_hash", "must be 64 hex digits (sha256)")
+
+
+def _checkpoint_blob(record: dict[str, Any], settings: Settings) -> None:
+    if (record["data"] is None) == (record["items"] is None):
+        raise _fail("data", "a value has either data or items")
+    if record["items"] is not None and len(record["items"]) % 16:
+        raise _fail("items", "must be 16-byte digests")
+
+
+def _checkpoint_item(record: dict[str, Any], settings: Settings) -> None:
+    if len(record["digest"]) != 16:
+        raise _fail("digest", "must be 16 bytes")
+
+
+def _checkpoint_write(record: dict[str, Any], settings: Settings) -> None:
+    _name(record, "checkpoint_id")
+    if not record["task_id"]:
+        raise _fail("task_id", "must not be empty")
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], Settings], None]] = {
     "thread": _thread, "thread_revision": _thread_revision, "message": _message,
     "compaction": _compaction, "agent_state": _agent_state,
     "idempotency_key": _idempotency_key, "mcp_server": _mcp_server, "api_key": _api_key,
-    "event": _event,
+    "event": _event, "checkpoint": _checkpoint, "checkpoint_blob": _checkpoint_blob,
+    "checkpoint_item": _checkpoint_item, "checkpoint_write": _checkpoint_write,
 }
 
 

@@ -38,6 +38,7 @@ from agentstate_client.models import (
     Page,
     RemoveResult,
     Thread,
+    ThreadRevision,
 )
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -500,6 +501,122 @@ class _Api:
             params=drop_none(server_type=server_type, limit=limit, cursor=cursor)))))
 
     iter_mcp_servers = paginated(list_mcp_servers)
+
+    # Thread history and forks ------------------------------------------------------------
+
+    @operation
+    def list_revisions(self, thread_id: str, *, limit: int | None = None,
+                       cursor: str | None = None) -> Op[Page[ThreadRevision]]:
+        """One page of a thread's kept state history, newest first: one entry per write that
+        set the state or metadata (create, PUT, PATCH)."""
+        return _page(ThreadRevision, (yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/revisions",
+            params=drop_none(limit=limit, cursor=cursor)))))
+
+    iter_revisions = paginated(list_revisions)
+
+    @operation
+    def get_revision(self, thread_id: str, revision: int) -> Op[ThreadRevision]:
+        """The state and metadata as they were at `revision`. Raises `NotFound` for a
+        revision beyond the current one or older than the kept history."""
+        return ThreadRevision.from_json((yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/revisions/{revision}"))))
+
+    @operation
+    def fork_thread(self, thread_id: str, new_thread_id: str, *,
+                    revision: int | None = None) -> Op[Thread]:
+        """A new thread `new_thread_id` from `revision` (default: the current one) of this
+        one: its state and metadata then, its messages and compactions as they were then,
+        and its agent states. Raises `AlreadyExists` if `new_thread_id` is a live thread,
+        `UnprocessableEntity` (`revision_not_kept`) for a revision outside the history."""
+        body = drop_none(thread_id=new_thread_id, revision=revision)
+        return Thread.from_json((yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/fork", json=body))))
+
+    # Checkpoints (raw JSON: `agentstate_client.langgraph` is the typed face) ----------------
+
+    @operation
+    def create_checkpoint(self, thread_id: str, checkpoint: JsonObject, *,
+                          if_match: ETagValue | None = None) -> Op[JsonObject]:
+        """Store a checkpoint (`POST /v1/threads/{id}/checkpoints`, body as in API.md 7a).
+        A replay of the same content succeeds; other content raises `CheckpointExists`."""
+        body: JsonObject = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints", json=checkpoint,
+            headers=_conditions(if_match)))
+        return body
+
+    @operation
+    def put_checkpoint_writes(self, thread_id: str, checkpoint_id: str,
+                              writes: JsonObject) -> Op[JsonObject]:
+        """Store a task's pending writes against a checkpoint; repeats are ignored."""
+        body: JsonObject = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/{segment(checkpoint_id)}/writes",
+            json=writes))
+        return body
+
+    @operation
+    def get_checkpoint(self, thread_id: str, checkpoint_id: str | None = None, *,
+                       checkpoint_ns: str = "",
+                       items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
+        """One checkpoint with its values and pending writes; the newest of the namespace
+        when `checkpoint_id` is None. `items="digests"`: list values carry their items'
+        digests only (see `get_checkpoint_items`). Raises `NotFound`."""
+        which = "latest" if checkpoint_id is None else segment(checkpoint_id)
+        body: JsonObject = yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/checkpoints/{which}",
+            params=drop_none(checkpoint_ns=checkpoint_ns, items=items)))
+        return body
+
+    @operation
+    def get_checkpoint_items(self, thread_id: str,
+                             digests: Sequence[str]) -> Op[list[JsonObject]]:
+        """The thread's list items with these digests (`{"digest", "type", "data"}`);
+        digests it does not hold are left out."""
+        body = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/items",
+            json={"digests": list(digests)}))
+        return list(body["data"])
+
+    @operation
+    def list_checkpoints(self, thread_id: str, *, checkpoint_ns: str | None = None,
+                         before: str | None = None, metadata: JsonObject | None = None,
+                         limit: int | None = None, cursor: str | None = None,
+                         items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
+        """One page (`{"data", "next_cursor", "has_more"}`) of checkpoints, newest first."""
+        params = drop_none(checkpoint_ns=checkpoint_ns, before=before, limit=limit,
+                           cursor=cursor, items=items,
+                           metadata=json.dumps(metadata) if metadata is not None else None)
+        body: JsonObject = yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/checkpoints", params=params))
+        return body
+
+    @operation
+    def delete_checkpoints(self, thread_id: str) -> Op[None]:
+        """Delete every checkpoint of a thread (the thread stays)."""
+        yield from self._core.call(Request("DELETE", f"{_thread_path(thread_id)}/checkpoints"))
+
+    @operation
+    def prune_checkpoints(self, thread_id: str, keep: int) -> Op[int]:
+        """Keep the newest `keep` checkpoints of each namespace; how many were deleted."""
+        body = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/prune", json={"keep": keep}))
+        return int(body["count"])
+
+    @operation
+    def copy_checkpoints(self, thread_id: str, target_thread_id: str) -> Op[int]:
+        """Copy every checkpoint into another thread (created if needed); how many."""
+        body = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/copy",
+            json={"thread_id": target_thread_id}))
+        return int(body["count"])
+
+    @operation
+    def delete_checkpoint_runs(self, run_ids: Sequence[str]) -> Op[int]:
+        """Delete the checkpoints whose `metadata.run_id` is one of `run_ids`, in every
+        thread; how many."""
+        body = yield from self._core.json(Request(
+            "POST", "/v1/checkpoints/delete-runs", json={"run_ids": list(run_ids)}))
+        return int(body["count"])
 
     # Events ------------------------------------------------------------------------------
 

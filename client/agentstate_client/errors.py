@@ -11,10 +11,11 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── BadRequest (400)          InvalidJson, InvalidCursor, InvalidHeader
         ├── Unauthorized (401)
         ├── Forbidden (403)
-        ├── NotFound (404)
+        ├── NotFound (404)            CheckpointNotFound
         ├── NotAcceptable (406)       a stream asked for without Accept: text/event-stream
         ├── Conflict (409)            ThreadExists, MessageExists, IdempotencyInFlight,
-        │                             CompactionCovered, MessageCompacted
+        │                             CompactionCovered, MessageCompacted, CheckpointExists,
+        │                             CheckpointItemsMissing
         ├── Gone (410)                ThreadDeleted
         ├── PreconditionFailed (412)  RevisionMismatch, AlreadyExists  (`current_revision`)
         ├── PayloadTooLarge (413)
@@ -39,7 +40,8 @@ import httpx
 
 __all__ = [
     "APIConnectionError", "APIError", "APITimeoutError", "AgentStateError", "AlreadyExists",
-    "BadRequest", "CompactionCovered", "CompactionNotContiguous", "Conflict",
+    "BadRequest", "CheckpointExists", "CheckpointItemsMissing", "CheckpointNotFound",
+    "CompactionCovered", "CompactionNotContiguous", "Conflict",
     "DatabaseUnavailable", "Forbidden", "Gone", "IdempotencyInFlight", "IdempotencyKeyReused",
     "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageCompacted", "MessageExists",
     "MessageNotFound", "MessageNotLive", "NotAcceptable", "NotFound", "NotReady", "PayloadTooLarge",
@@ -118,6 +120,10 @@ class NotFound(APIError):
     status, default_code = 404, "not_found"
 
 
+class CheckpointNotFound(NotFound):
+    default_code = "checkpoint_not_found"
+
+
 class Conflict(APIError):
     status, default_code = 409, "conflict"
 
@@ -144,6 +150,19 @@ class MessageCompacted(Conflict):
     """A removal or redaction of a message that a live compaction replaced or wrote."""
 
     default_code = "message_compacted"
+
+
+class CheckpointExists(Conflict):
+    """A checkpoint with the same (namespace, id) and other content exists: they are
+    immutable."""
+
+    default_code = "checkpoint_exists"
+
+
+class CheckpointItemsMissing(Conflict):
+    """Items sent by digest that the thread does not hold (`problem["missing"]`)."""
+
+    default_code = "checkpoint_items_missing"
 
 
 class Gone(APIError):

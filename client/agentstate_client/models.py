@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
     "AgentState", "AppendResult", "Compaction", "Event", "JsonObject", "McpServer", "Message",
-    "Page", "RemoveResult", "Thread",
+    "Page", "RemoveResult", "Thread", "ThreadRevision",
 ]
 
 JsonObject = dict[str, Any]
@@ -94,6 +94,18 @@ class Thread(_Revisioned):
         return dataclasses.replace(
             thread, messages=[Message.from_json(m) for m in data["messages"]]
         )
+
+
+@dataclass(frozen=True)
+class ThreadRevision(_Model):
+    """A thread's state and metadata as they were at `revision` (`state_revision` is the
+    write that set them: appends and compactions do not change the state)."""
+
+    revision: int
+    state_revision: int
+    state: JsonObject
+    metadata: JsonObject
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,246 @@
+"""Checkpoint rows, their channel values, list items and pending writes. Every statement is
+scoped by tenant; rows are never updated, only inserted (ignoring repeats) and deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    LargeBinary,
+    and_,
+    any_,
+    bindparam,
+    delete,
+    func,
+    literal,
+    or_,
+    select,
+    tuple_,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
+from app.db.base import AnyRow, table
+from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+
+c = table(Checkpoint)
+b = table(CheckpointBlob)
+i = table(CheckpointItem)
+w = table(CheckpointWrite)
+# Bound parameters per statement stay well below SQLite's 32766 and asyncpg's 32767.
+_CHUNK = 500
+_LOCK_NAMESPACE = 0x61676370  # "agcp": a thread's checkpoint values (see `lock_values`)
+
+
+def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+class CheckpointRepository:
+    def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
+        self.connection = connection
+        self.tenant_id = tenant_id
+
+    def _mine(self, tbl: Any, thread_pk: int) -> Any:
+        return and_(tbl.c.tenant_id == self.tenant_id, tbl.c.thread_pk == thread_pk)
+
+    def _digest_chunks(self, digests: Sequence[bytes]) -> Iterable[Any]:
+        """`digest` membership tests for a set of digests. On Postgres one array parameter
+        (`= ANY(...)`): a statement whose text does not change with the count, so it stays
+        prepared; on SQLite chunks of IN lists."""
+        values = sorted(set(digests))
+        if dialect_name(self.connection) == "postgresql":
+            if values:
+                yield i.c.digest == any_(bindparam("digests", values,
+                                                   type_=ARRAY(LargeBinary)))
+            return
+        for chunk in _chunks(values):
+            yield i.c.digest.in_(list(chunk))
+
+    async def lock_values(self, thread_pk: int, *, exclusive: bool) -> None:
+        """Postgres: a transaction lock on the thread's stored values. Writes that may refer
+        to stored values take it shared, deletes that collect unreferenced values take it
+        exclusive, so a collection never drops a value a concurrent checkpoint refers to.
+        (SQLite serialises writers already.)"""
+        if dialect_name(self.connection) != "postgresql":
+            return
+        lock = func.pg_advisory_xact_lock if exclusive else func.pg_advisory_xact_lock_shared
+        await self.connection.execute(select(lock(
+            literal(_LOCK_NAMESPACE, Integer), literal(thread_pk % 2**31, Integer))))
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def get(self, thread_pk: int, ns: str, checkpoint_id: str) -> AnyRow | None:
+        return (await self.connection.execute(
+            select(c).where(self._mine(c, thread_pk), c.c.checkpoint_ns == ns,
+                            c.c.checkpoint_id == checkpoint_id))).first()
+
+    async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
+                   after: tuple[str, str] | None, metadata: dict[str, Any] | None,
+                   limit: int) -> list[AnyRow]:
+        """Checkpoints newest first (by id, then namespace), in one namespace or all."""
+        stmt = select(c).where(self._mine(c, thread_pk))
+        if ns is not None:
+            stmt = stmt.where(c.c.checkpoint_ns == ns)
+        if before is not None:
+            stmt = stmt.where(c.c.checkpoint_id < before)
+        if metadata:
+            stmt = stmt.where(json_contains(self.connection, c.c.metadata, metadata))
+        if after is not None:
+            stmt = stmt.where(or_(c.c.checkpoint_id < after[0],
+                                  and_(c.c.checkpoint_id == after[0],
+                                       c.c.checkpoint_ns < after[1])))
+        stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns.desc()).limit(limit)
+        return list((await self.connection.execute(stmt)).all())
+
+    async def blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> list[AnyRow]:
+        """The values stored under (namespace, channel, version) keys."""
+        rows: list[AnyRow] = []
+        for chunk in _chunks(sorted(set(keys)), _CHUNK // 3):
+            rows.extend((await self.connection.execute(
+                select(b).where(self._mine(b, thread_pk),
+                                tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version)
+                                .in_(list(chunk))))).all())
+        return rows
+
+    async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
+        rows: list[AnyRow] = []
+        for test in self._digest_chunks(digests):
+            rows.extend((await self.connection.execute(
+                select(i.c.digest, i.c.type, i.c.data)
+                .where(self._mine(i, thread_pk), test))).all())
+        return rows
+
+    async def held_digests(self, thread_pk: int, digests: Sequence[bytes]) -> set[bytes]:
+        held: set[bytes] = set()
+        for test in self._digest_chunks(digests):
+            held.update((await self.connection.execute(
+                select(i.c.digest).where(self._mine(i, thread_pk), test))).scalars())
+        return held
+
+    async def writes(self, thread_pk: int, keys: Sequence[tuple[str, str]]) -> list[AnyRow]:
+        """Pending writes of the (namespace, checkpoint id)s."""
+        rows: list[AnyRow] = []
+        for chunk in _chunks(sorted(set(keys)), _CHUNK // 2):
+            rows.extend((await self.connection.execute(
+                select(w).where(self._mine(w, thread_pk),
+                                tuple_(w.c.checkpoint_ns, w.c.checkpoint_id).in_(list(chunk)))
+                .order_by(w.c.task_path, w.c.task_id, w.c.idx))).all())
+        return rows
+
+    async def keys(self, thread_pk: int) -> list[AnyRow]:
+        """(id, namespace, checkpoint id) of every checkpoint, newest first per namespace."""
+        return list((await self.connection.execute(
+            select(c.c.id, c.c.checkpoint_ns, c.c.checkpoint_id)
+            .where(self._mine(c, thread_pk))
+            .order_by(c.c.checkpoint_ns, c.c.checkpoint_id.desc()))).all())
+
+    async def of_runs(self, run_ids: Sequence[str]) -> list[AnyRow]:
+        """(id, thread_pk, namespace, checkpoint id) of the tenant's checkpoints of the runs."""
+        return list((await self.connection.execute(
+            select(c.c.id, c.c.thread_pk, c.c.checkpoint_ns, c.c.checkpoint_id)
+            .where(c.c.tenant_id == self.tenant_id, c.c.run_id.in_(list(run_ids))))).all())
+
+    async def versions_in_use(self, thread_pk: int) -> list[AnyRow]:
+        return list((await self.connection.execute(
+            select(c.c.checkpoint_ns, c.c.checkpoint).where(self._mine(c, thread_pk)))).all())
+
+    async def blob_keys(self, thread_pk: int) -> list[AnyRow]:
+        return list((await self.connection.execute(
+            select(b.c.checkpoint_ns, b.c.channel, b.c.version, b.c["items"])
+            .where(self._mine(b, thread_pk)))).all())
+
+    async def item_digests(self, thread_pk: int) -> list[bytes]:
+        return list((await self.connection.execute(
+            select(i.c.digest).where(self._mine(i, thread_pk)))).scalars())
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def insert(self, values: dict[str, Any]) -> AnyRow | None:
+        """The new row, or None if the (thread, namespace, id) is taken."""
+        stmt = (insert_ignoring_conflicts(self.connection, c,
+                                          ["thread_pk", "checkpoint_ns", "checkpoint_id"])
+                .values(tenant_id=self.tenant_id, **values).returning(*c.c))
+        return (await self.connection.execute(stmt)).first()
+
+    async def insert_blobs(self, rows: list[dict[str, Any]]) -> None:
+        for chunk in _chunks(rows, 100):
+            await self.connection.execute(
+                insert_ignoring_conflicts(self.connection, b,
+                                          ["thread_pk", "checkpoint_ns", "channel", "version"]),
+                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+
+    async def insert_items(self, rows: list[dict[str, Any]]) -> None:
+        for chunk in _chunks(rows, 100):
+            await self.connection.execute(
+                insert_ignoring_conflicts(self.connection, i, ["thread_pk", "digest"]),
+                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+
+    async def insert_writes(self, rows: list[dict[str, Any]]) -> None:
+        """Repeats of a (checkpoint, task id, idx) are ignored."""
+        for chunk in _chunks(rows, 100):
+            await self.connection.execute(
+                insert_ignoring_conflicts(
+                    self.connection, w,
+                    ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id", "idx"]),
+                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+
+    async def delete_checkpoints(self, thread_pk: int, rows: Sequence[AnyRow]) -> None:
+        """Delete checkpoints (rows with id, checkpoint_ns, checkpoint_id) and their writes."""
+        for chunk in _chunks(list(rows)):
+            await self.connection.execute(
+                delete(c).where(self._mine(c, thread_pk), c.c.id.in_([r.id for r in chunk])))
+            await self.connection.execute(
+                delete(w).where(self._mine(w, thread_pk),
+                                tuple_(w.c.checkpoint_ns, w.c.checkpoint_id).in_(
+                                    [(r.checkpoint_ns, r.checkpoint_id) for r in chunk])))
+
+    async def delete_all(self, thread_pk: int) -> int:
+        """Every checkpoint of the thread with its values, items and writes; how many."""
+        gone = await self.connection.execute(
+            delete(c).where(self._mine(c, thread_pk)).returning(c.c.id))
+        count = len(gone.all())
+        for tbl in (w, b, i):
+            await self.connection.execute(delete(tbl).where(self._mine(tbl, thread_pk)))
+        return count
+
+    async def delete_blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> None:
+        for chunk in _chunks(list(keys), _CHUNK // 3):
+            await self.connection.execute(
+                delete(b).where(self._mine(b, thread_pk),
+                                tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version)
+                                .in_(list(chunk))))
+
+    async def delete_items(self, thread_pk: int, digests: Sequence[bytes]) -> None:
+        for chunk in _chunks(list(digests)):
+            await self.connection.execute(
+                delete(i).where(self._mine(i, thread_pk), i.c.digest.in_(list(chunk))))
+
+    async def copy(self, source_pk: int, target_pk: int, now: datetime) -> int:
+        """Copy every checkpoint, value, item and write of one thread into another (keys the
+        target already holds are kept as they are); how many checkpoints were new."""
+        target = literal(target_pk, BigInteger)
+        copied = 0
+        for tbl, conflict in ((c, ["thread_pk", "checkpoint_ns", "checkpoint_id"]),
+                              (b, ["thread_pk", "checkpoint_ns", "channel", "version"]),
+                              (i, ["thread_pk", "digest"]),
+                              (w, ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id",
+                                   "idx"])):
+            names = [col.name for col in tbl.c if col.name != "id"]
+            columns = [target if name == "thread_pk"
+                       else literal(now, c.c.created_at.type) if tbl is c and name == "created_at"
+                       else tbl.c[name] for name in names]
+            stmt = insert_ignoring_conflicts(self.connection, tbl, conflict).from_select(
+                names, select(*columns).where(self._mine(tbl, source_pk)))
+            if tbl is c:
+                stmt = stmt.returning(c.c.id)
+                copied = len((await self.connection.execute(stmt)).all())
+            else:
+                await self.connection.execute(stmt)
+        return copied

@@ -1,0 +1,386 @@
+"""Checkpoints (API.md section 9): immutable snapshots of a graph runtime's channels, kept per
+thread and namespace, with their pending writes.
+
+The thread is reached only through its aggregate: a checkpoint write creates the thread if
+needed and takes its row FOR KEY SHARE (a concurrent DELETE of the thread waits), but does not
+advance its revision. `If-Match` on the thread is honoured when sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from typing import Any
+
+from app.checkpoints.errors import CheckpointExists, CheckpointItemsMissing, CheckpointNotFound
+from app.checkpoints.repository import CheckpointRepository
+from app.checkpoints.schemas import (
+    CheckpointIn,
+    CheckpointOut,
+    CheckpointRef,
+    ItemOut,
+    ValueOut,
+    Version,
+    WriteOut,
+    WritesIn,
+    version_key,
+)
+from app.core.errors import RevisionMismatch, Unprocessable
+from app.core.pagination import Page, decode_name_cursor, split_page
+from app.core.revisions import Preconditions
+from app.core.settings import Settings
+from app.db.base import AnyRow, utcnow
+from app.db.unit import UnitOfWork
+from app.threads.aggregate import ThreadAggregate, thread_path
+
+CURSOR = "checkpoints"
+DIGEST_BYTES = 16
+# A list value is stored as the digests of chunks of CHUNK item digests, each chunk an item
+# row of its own: a list that grows at its end keeps its full chunks from version to
+# version, so a new version stores its last chunk and one digest per chunk, not one per item.
+CHUNK = 64
+CHUNK_TYPE = "agentstate.chunk"
+
+
+def checkpoints_path(thread_id: str) -> str:
+    return f"{thread_path(thread_id)}/checkpoints"
+
+
+def item_digest(type_: str, data: bytes) -> bytes:
+    """The key an item is stored under: sha256 of its type tag, a NUL and its bytes,
+    truncated to 16 bytes (documented in API.md, so clients can send digests)."""
+    return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:DIGEST_BYTES]
+
+
+def _content_hash(body: CheckpointIn) -> str:
+    content = [body.checkpoint_ns, body.checkpoint_id, body.parent_checkpoint_id,
+               body.checkpoint, body.metadata]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
+
+
+def _channel_versions(checkpoint: dict[str, Any]) -> dict[str, str]:
+    versions = checkpoint.get("channel_versions", {})
+    if not isinstance(versions, dict) or not all(
+            isinstance(v, (int, float, str)) and not isinstance(v, bool)
+            and len(version_key(v)) <= 255 and len(channel) <= 1024
+            for channel, v in versions.items()):
+        raise Unprocessable(
+            "checkpoint.channel_versions must be an object of channel to version.",
+            errors=[{"pointer": "/checkpoint/channel_versions", "code": "invalid_versions",
+                     "message": "an object whose values are integers, numbers or strings"}])
+    return {channel: version_key(v) for channel, v in versions.items()}
+
+
+def _split(items: bytes | None) -> list[bytes]:
+    if not items:
+        return []
+    return [items[n:n + DIGEST_BYTES] for n in range(0, len(items), DIGEST_BYTES)]
+
+
+class CheckpointService:
+    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+        self.uow = uow
+        self.settings = settings
+        self.repo = CheckpointRepository(uow.connection, uow.tenant_id)
+        self.threads = ThreadAggregate(uow, settings)
+
+    async def _writable(self, thread_id: str, pre: Preconditions, *,
+                        create: bool = True) -> AnyRow:
+        thread = await self.threads.for_child_write(thread_id, create=create)
+        expected = pre.expected_revisions()
+        if expected is not None and thread.revision not in expected:
+            raise RevisionMismatch(thread.revision)
+        return thread
+
+    def _record(self, change: str, thread_id: str, resource: str | None = None) -> None:
+        self.uow.record(f"checkpoint.{change}", resource or checkpoints_path(thread_id),
+                        revision=None, thread_id=thread_id)
+
+    # --- writes --------------------------------------------------------------------------
+
+    async def create(self, thread_id: str, body: CheckpointIn,
+                     pre: Preconditions) -> tuple[CheckpointRef, bool]:
+        """Store a checkpoint and the values it adds; (its key, whether it was a replay)."""
+        _channel_versions(body.checkpoint)
+        thread = await self._writable(thread_id, pre)
+        digest = _content_hash(body)
+        # The checkpoint row first: a replay or a conflict is known before any value is
+        # written, without a read of its own in the common case.
+        row = await self.repo.insert({
+            "thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
+            "checkpoint_id": body.checkpoint_id,
+            "parent_checkpoint_id": body.parent_checkpoint_id, "checkpoint": body.checkpoint,
+            "metadata": body.metadata, "content_hash": digest, "created_at": utcnow(),
+            "run_id": run_id if isinstance(run_id := body.metadata.get("run_id"), str)
+            and len(run_id) <= 255 else None,
+        })
+        if row is None:  # stored before (or by a concurrent create)
+            existing = await self.repo.get(thread.id, body.checkpoint_ns, body.checkpoint_id)
+            assert existing is not None
+            return self._replayed(thread_id, existing, digest), True
+        await self.repo.lock_values(thread.id, exclusive=False)
+        await self._store_values(thread.id, body)
+        self._record("created", thread_id,
+                     f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
+        return self._ref(thread_id, row), False
+
+    def _replayed(self, thread_id: str, existing: AnyRow, digest: str) -> CheckpointRef:
+        if existing.content_hash != digest:
+            raise CheckpointExists(
+                f"Checkpoint {existing.checkpoint_id!r} in namespace "
+                f"{existing.checkpoint_ns!r} exists with other content; checkpoints are "
+                "immutable.")
+        return self._ref(thread_id, existing)
+
+    @staticmethod
+    def _ref(thread_id: str, row: AnyRow) -> CheckpointRef:
+        return CheckpointRef(thread_id=thread_id, checkpoint_ns=row.checkpoint_ns,
+                             checkpoint_id=row.checkpoint_id,
+                             parent_checkpoint_id=row.parent_checkpoint_id,
+                             created_at=row.created_at)
+
+    async def _store_values(self, thread_pk: int, body: CheckpointIn) -> None:
+        blobs: list[dict[str, Any]] = []
+        new_items: dict[bytes, dict[str, Any]] = {}
+        referenced: set[bytes] = set()
+        for value in body.values:
+            row: dict[str, Any] = {"thread_pk": thread_pk, "checkpoint_ns": body.checkpoint_ns,
+                                   "channel": value.channel,
+                                   "version": version_key(value.version), "type": value.type,
+                                   "data": value.data, "items": None}
+            if value.items is not None:
+                digests: list[bytes] = []
+                for item in value.items:
+                    if item.data is not None and item.type is not None:
+                        key = item_digest(item.type, item.data)
+                        new_items[key] = {"thread_pk": thread_pk, "digest": key,
+                                          "type": item.type, "data": item.data}
+                    else:
+                        assert item.digest is not None
+                        key = bytes.fromhex(item.digest)
+                        referenced.add(key)
+                    digests.append(key)
+                chunks: list[bytes] = []
+                if value.base_version is not None:
+                    # The stored list at base_version, then these items: its full chunks are
+                    # kept as they are, its last one is continued.
+                    chunks, tail = await self._base(thread_pk, body.checkpoint_ns,
+                                                    value.channel, value.base_version)
+                    digests = tail + digests
+                for start in range(0, len(digests), CHUNK):
+                    data = b"".join(digests[start:start + CHUNK])
+                    key = item_digest(CHUNK_TYPE, data)
+                    new_items[key] = {"thread_pk": thread_pk, "digest": key,
+                                      "type": CHUNK_TYPE, "data": data}
+                    chunks.append(key)
+                row["items"] = b"".join(chunks)
+            blobs.append(row)
+        referenced -= set(new_items)
+        if referenced:
+            missing = referenced - await self.repo.held_digests(thread_pk, list(referenced))
+            if missing:
+                raise CheckpointItemsMissing(
+                    f"{len(missing)} items sent by digest are not stored in this thread; "
+                    "send them with type and data.", missing=sorted(d.hex() for d in missing))
+        await self.repo.insert_items(list(new_items.values()))
+        await self.repo.insert_blobs(blobs)
+
+    async def _base(self, thread_pk: int, ns: str, channel: str,
+                    version: Version) -> tuple[list[bytes], list[bytes]]:
+        """The full chunks of a stored list value and the item digests of its last chunk
+        when that one is not full; 409 if the thread holds no such list."""
+        key = version_key(version)
+        found = await self.repo.blobs(thread_pk, [(ns, channel, key)])
+        stored = found[0]._mapping["items"] if found else None
+        if stored is None:
+            raise CheckpointItemsMissing(
+                f"Version {key!r} of channel {channel!r} is not a list stored in this thread; "
+                "send every item.", missing=[])
+        chunks = _split(stored)
+        if not chunks:
+            return [], []
+        last = await self.repo.items(thread_pk, [chunks[-1]])
+        if not last:
+            raise CheckpointItemsMissing(f"The last chunk of version {key!r} of channel "
+                                         f"{channel!r} is not stored; send every item.",
+                                         missing=[chunks[-1].hex()])
+        tail = _split(last[0].data)
+        return (chunks, []) if len(tail) == CHUNK else (chunks[:-1], tail)
+
+    async def put_writes(self, thread_id: str, checkpoint_id: str, body: WritesIn,
+                         pre: Preconditions) -> int:
+        """Store a task's pending writes against a checkpoint; repeats of (task_id, idx) are
+        ignored. How many writes were sent.
+
+        The checkpoint need not be stored yet: graph runtimes save checkpoints in the
+        background (LangGraph's default durability), so a task's writes may arrive first.
+        They are read with the checkpoint once it is there, and deleted with it."""
+        thread = await self._writable(thread_id, pre)
+        await self.repo.insert_writes([
+            {"thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
+             "checkpoint_id": checkpoint_id, "task_id": body.task_id, "idx": write.idx,
+             "channel": write.channel, "type": write.type, "data": write.data,
+             "task_path": body.task_path} for write in body.writes])
+        self._record("writes_added", thread_id,
+                     f"{checkpoints_path(thread_id)}/{checkpoint_id}/writes")
+        return len(body.writes)
+
+    async def delete_all(self, thread_id: str, pre: Preconditions) -> int:
+        thread = await self._writable(thread_id, pre, create=False)
+        await self.repo.lock_values(thread.id, exclusive=True)
+        count = await self.repo.delete_all(thread.id)
+        self._record("deleted", thread_id)
+        return count
+
+    async def prune(self, thread_id: str, keep: int, pre: Preconditions) -> int:
+        """Keep the newest `keep` checkpoints of each namespace; how many were deleted."""
+        thread = await self._writable(thread_id, pre, create=False)
+        if keep == 0:
+            await self.repo.lock_values(thread.id, exclusive=True)
+            count = await self.repo.delete_all(thread.id)
+        else:
+            seen: dict[str, int] = defaultdict(int)
+            doomed = []
+            for row in await self.repo.keys(thread.id):
+                seen[row.checkpoint_ns] += 1
+                if seen[row.checkpoint_ns] > keep:
+                    doomed.append(row)
+            await self.repo.lock_values(thread.id, exclusive=True)
+            await self.repo.delete_checkpoints(thread.id, doomed)
+            await self._collect(thread.id)
+            count = len(doomed)
+        self._record("pruned", thread_id)
+        return count
+
+    async def delete_runs(self, run_ids: list[str]) -> int:
+        """Delete the tenant's checkpoints whose metadata names one of the runs."""
+        rows = await self.repo.of_runs(run_ids) if run_ids else []
+        by_thread: dict[int, list[AnyRow]] = defaultdict(list)
+        for row in rows:
+            by_thread[row.thread_pk].append(row)
+        for thread_pk, doomed in sorted(by_thread.items()):  # locks in one order
+            await self.repo.lock_values(thread_pk, exclusive=True)
+            await self.repo.delete_checkpoints(thread_pk, doomed)
+            await self._collect(thread_pk)
+        if rows:
+            self.uow.record("checkpoint.runs_deleted", "/v1/checkpoints/delete-runs",
+                            revision=None)
+        return len(rows)
+
+    async def _collect(self, thread_pk: int) -> None:
+        """Drop the values and items no remaining checkpoint of the thread refers to."""
+        used: set[tuple[str, str, str]] = set()
+        for row in await self.repo.versions_in_use(thread_pk):
+            for channel, version in _channel_versions(row.checkpoint).items():
+                used.add((row.checkpoint_ns, channel, version))
+        blobs = await self.repo.blob_keys(thread_pk)
+        unused = [(r.checkpoint_ns, r.channel, r.version) for r in blobs
+                  if (r.checkpoint_ns, r.channel, r.version) not in used]
+        await self.repo.delete_blobs(thread_pk, unused)
+        chunks = {d for r in blobs if (r.checkpoint_ns, r.channel, r.version) in used
+                  for d in _split(r._mapping["items"])}
+        kept_items = chunks | {d for row in (await self.repo.items(thread_pk, list(chunks))
+                                             if chunks else [])
+                               for d in _split(row.data)}
+        await self.repo.delete_items(thread_pk, [
+            d for d in await self.repo.item_digests(thread_pk) if d not in kept_items])
+
+    async def copy(self, thread_id: str, target_id: str, pre: Preconditions) -> int:
+        """Copy every checkpoint (with values and writes) into another thread."""
+        source = await self._writable(thread_id, pre, create=False)
+        target = await self.threads.for_child_write(target_id)
+        await self.repo.lock_values(source.id, exclusive=False)  # no collection mid-copy
+        count = await self.repo.copy(source.id, target.id, utcnow())
+        self._record("copied", target_id)
+        return count
+
+    # --- reads ---------------------------------------------------------------------------
+
+    async def latest(self, thread_id: str, ns: str, *,
+                     by_digest: bool = False) -> CheckpointOut:
+        pk = await self.threads.live_pk(thread_id)
+        rows = await self.repo.page(pk, ns=ns, before=None, after=None, metadata=None, limit=1)
+        if not rows:
+            raise CheckpointNotFound(
+                f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
+        return (await self._expand(thread_id, pk, rows, by_digest))[0]
+
+    async def get(self, thread_id: str, ns: str, checkpoint_id: str, *,
+                  by_digest: bool = False) -> CheckpointOut:
+        pk = await self.threads.live_pk(thread_id)
+        row = await self.repo.get(pk, ns, checkpoint_id)
+        if row is None:
+            raise CheckpointNotFound(
+                f"Checkpoint {checkpoint_id!r} in namespace {ns!r} of thread {thread_id!r} "
+                "does not exist.")
+        return (await self._expand(thread_id, pk, [row], by_digest))[0]
+
+    async def history(self, thread_id: str, *, ns: str | None, before: str | None,
+                   metadata: dict[str, Any] | None, limit: int,
+                   cursor: str | None, by_digest: bool = False) -> Page[CheckpointOut]:
+        pk = await self.threads.live_pk(thread_id)
+        after = decode_name_cursor(CURSOR, cursor, 2)
+        rows = await self.repo.page(pk, ns=ns, before=before,
+                                    after=(after[0], after[1]) if after else None,
+                                    metadata=metadata, limit=limit + 1)
+        page = split_page(CURSOR, rows, limit,
+                          lambda row: [row.checkpoint_id, row.checkpoint_ns], lambda row: row)
+        return Page(data=await self._expand(thread_id, pk, page.data, by_digest),
+                    next_cursor=page.next_cursor, has_more=page.has_more)
+
+    async def items(self, thread_id: str, digests: list[str]) -> list[ItemOut]:
+        """The items of the thread with these digests (hex); unknown ones are left out."""
+        pk = await self.threads.live_pk(thread_id)
+        keys = [bytes.fromhex(d) for d in digests]
+        return [ItemOut.model_construct(type=r.type, data=r.data, digest=r.digest.hex())
+                for r in (await self.repo.items(pk, keys) if keys else [])
+                if r.type != CHUNK_TYPE]
+
+    async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
+                      by_digest: bool = False) -> list[CheckpointOut]:
+        """The checkpoints with their values (items resolved, or their digests only with
+        `by_digest`) and pending writes, read in a few statements for the whole page."""
+        versions = {row.id: _channel_versions(row.checkpoint) for row in rows}
+        keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
+        blobs = {(r.checkpoint_ns, r.channel, r.version): r
+                 for r in await self.repo.blobs(pk, keys)}
+        chunk_keys = [d for r in blobs.values() for d in _split(r._mapping["items"])]
+        chunks = {r.digest: _split(r.data)
+                  for r in (await self.repo.items(pk, chunk_keys) if chunk_keys else [])}
+        digests = [d for chunk in chunks.values() for d in chunk]
+        # Built without validation: the rows are what was validated on the way in, and a
+        # 400-message log would otherwise be validated item by item on every read.
+        items = {} if by_digest else {
+            r.digest: ItemOut.model_construct(type=r.type, data=r.data)
+            for r in (await self.repo.items(pk, digests) if digests else [])}
+        writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
+        for r in await self.repo.writes(pk, [(row.checkpoint_ns, row.checkpoint_id)
+                                             for row in rows]):
+            writes[(r.checkpoint_ns, r.checkpoint_id)].append(WriteOut(
+                task_id=r.task_id, idx=r.idx, channel=r.channel, type=r.type, data=r.data,
+                task_path=r.task_path))
+        out = []
+        for row in rows:
+            values: dict[str, ValueOut] = {}
+            for channel, version in versions[row.id].items():
+                blob = blobs.get((row.checkpoint_ns, channel, version))
+                if blob is None:
+                    continue
+                if blob.items is None:
+                    values[channel] = ValueOut(type=blob.type, data=blob.data)
+                elif by_digest:
+                    values[channel] = ValueOut(type=blob.type, digests=[
+                        d.hex() for c in _split(blob.items) for d in chunks[c]])
+                else:
+                    values[channel] = ValueOut(type=blob.type, items=[
+                        items[d] for c in _split(blob.items) for d in chunks[c]])
+            out.append(CheckpointOut(
+                thread_id=thread_id, checkpoint_ns=row.checkpoint_ns,
+                checkpoint_id=row.checkpoint_id,
+                parent_checkpoint_id=row.parent_checkpoint_id, checkpoint=row.checkpoint,
+                metadata=row.metadata, values=values,
+                pending_writes=writes[(row.checkpoint_ns, row.checkpoint_id)],
+                created_at=row.created_at))
+        return out

@@ -1,0 +1,241 @@
+"""A 400-turn LangGraph chat: `AgentStateSaver` over HTTP against LangGraph's own
+`AsyncPostgresSaver` in-process, on the same Postgres, in the same run (issue 15).
+
+The graph is `StateGraph(MessagesState)` with one node, a fake model (no network) that
+answers every user message with about 300 characters; each turn sends one user message of
+about 300 characters, so a turn adds two messages. The two systems run turn by turn,
+alternating, so both see the same machine state. AsyncPostgresSaver keeps its tables in the
+schema `lgpg` of the database agentstate uses (its table names are agentstate's too).
+
+Measured:
+- `ainvoke` latency per turn (turns 1-10 and 391-400);
+- loading the final state (`aget_state` on a fresh saver, median of 5);
+- bytes stored: `pg_total_relation_size` of each system's checkpoint tables (data, TOAST and
+  indexes), and the payload bytes in them, against the message text itself.
+
+    .venv/bin/pip install -e '.[bench]' -e './client[langgraph]'
+    .venv/bin/python -m bench.langgraph_chat            # 400 turns
+    .venv/bin/python -m bench.langgraph_chat --turns 20 # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import time
+import uuid
+from typing import Any
+
+from agentstate_client.langgraph import AgentStateSaver
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from sqlalchemy.engine import make_url
+
+from bench.server import (
+    agentstate_server,
+    create_postgres_database,
+    drop_postgres_database,
+    migrate,
+)
+
+WORDS = ("risk manager position exposure acceptable tighter stop analyst divergence hourly "
+         "chart portfolio sizing capped earnings review momentum volume breakout support "
+         "resistance liquidity spread hedge option delta gamma volatility skew yield curve "
+         "inflation guidance revenue margin forecast consensus upgrade downgrade").split()
+AGENTSTATE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_items", "checkpoint_writes")
+LGPG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+
+
+def text(rng: random.Random, size: int = 300) -> str:
+    """About `size` characters of varied words: compressible like prose, not like a repeat."""
+    out: list[str] = []
+    while sum(len(w) + 1 for w in out) < size:
+        out.append(rng.choice(WORDS))
+    return " ".join(out)[:size]
+
+
+class Timings:
+    """Wall time per saver call (aget_tuple, aput, aput_writes) per turn: where a turn goes."""
+
+    METHODS = ("aget_tuple", "aput", "aput_writes")
+
+    def __init__(self, saver: Any) -> None:
+        self.turn: dict[str, list[float]] = {m: [] for m in self.METHODS}
+        self.turns: list[dict[str, list[float]]] = []
+        for method in self.METHODS:
+            setattr(saver, method, self._timed(method, getattr(saver, method)))
+
+    def _timed(self, name: str, call: Any) -> Any:
+        async def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await call(*args, **kwargs)
+            finally:
+                self.turn[name].append((time.perf_counter() - started) * 1000)
+        return timed
+
+    def next_turn(self) -> None:
+        self.turns.append(self.turn)
+        self.turn = {m: [] for m in self.METHODS}
+
+    def summary(self, window: slice) -> str:
+        turns = self.turns[window]
+        parts = []
+        for method in self.METHODS:
+            calls = [x for t in turns for x in t[method]]
+            if calls:
+                parts.append(f"{method} {len(calls) / len(turns):.0f}x "
+                             f"{statistics.median(calls):.1f} ms")
+        return ", ".join(parts)
+
+
+def build(checkpointer: Any, seed: int) -> Any:
+    rng = random.Random(seed)
+
+    def model(state: MessagesState) -> dict[str, list[AIMessage]]:
+        return {"messages": [AIMessage(content=text(rng))]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", model)
+    graph.add_edge(START, "model")
+    return graph.compile(checkpointer=checkpointer)
+
+
+async def sizes(dsn: str) -> dict[str, dict[str, int]]:
+    import asyncpg
+
+    connection = await asyncpg.connect(dsn)
+    try:
+        out: dict[str, dict[str, int]] = {}
+        for system, schema, tables in (("agentstate", "public", AGENTSTATE_TABLES),
+                                       ("AsyncPostgresSaver", "lgpg", LGPG_TABLES)):
+            total = sum([await connection.fetchval(
+                f"SELECT pg_total_relation_size('{schema}.{table}')") for table in tables])
+            payload = 0
+            for table in tables:
+                columns = [r["column_name"] for r in await connection.fetch(
+                    "SELECT column_name FROM information_schema.columns WHERE table_schema=$1 "
+                    "AND table_name=$2", schema, table)]
+                payload += await connection.fetchval(
+                    f"SELECT coalesce(sum({' + '.join(f'coalesce(pg_column_size({c}), 0)' for c in columns)}), 0) "
+                    f"FROM {schema}.{table}")
+            rows = {table: await connection.fetchval(f"SELECT count(*) FROM {schema}.{table}")
+                    for table in tables}
+            out[system] = {"total": total, "payload": payload, **rows}
+            out[system]["tables_kib"] = {table: round(await connection.fetchval(
+                f"SELECT pg_total_relation_size('{schema}.{table}')") / 1024)
+                for table in tables}
+        out["agentstate"]["events"] = await connection.fetchval(
+            "SELECT count(*) FROM events WHERE type LIKE 'checkpoint.%'")
+        return out
+    finally:
+        await connection.close()
+
+
+async def run(turns: int, url: str) -> None:
+    import asyncpg
+
+    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(plain)
+    await connection.execute("CREATE SCHEMA lgpg")
+    await connection.close()
+    lgpg_dsn = plain + "?options=-csearch_path%3Dlgpg"
+    with agentstate_server(url, workers=1) as server:
+        await compare(turns, server.base_url, lgpg_dsn, plain)
+
+
+async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> None:
+    ours = AgentStateSaver(base_url=base_url)
+    latencies: dict[str, list[float]] = {"agentstate": [], "AsyncPostgresSaver": []}
+    text_bytes = 0
+    async with AsyncPostgresSaver.from_conn_string(lgpg_dsn) as theirs:
+        await theirs.setup()
+        timings = {"agentstate": Timings(ours), "AsyncPostgresSaver": Timings(theirs)}
+        graphs = {"agentstate": build(ours, 1), "AsyncPostgresSaver": build(theirs, 1)}
+        threads = {name: f"chat-{uuid.uuid4()}" for name in graphs}
+        rng = random.Random(7)
+        for turn in range(1, turns + 1):
+            message = text(rng)
+            for name, graph in graphs.items():
+                config = {"configurable": {"thread_id": threads[name]}}
+                started = time.perf_counter()
+                result = await graph.ainvoke({"messages": [HumanMessage(content=message)]},
+                                             config)
+                latencies[name].append((time.perf_counter() - started) * 1000)
+                timings[name].next_turn()
+                assert len(result["messages"]) == 2 * turn
+            text_bytes += len(message.encode()) + len(result["messages"][-1].content.encode())
+            if turn % 50 == 0:
+                print(f"turn {turn}: " + ", ".join(
+                    f"{n} {latencies[n][-1]:.1f} ms" for n in latencies), flush=True)
+
+        for name, timing in timings.items():
+            print(f"saver calls per turn, {name}: turns 1-10: {timing.summary(slice(0, 10))}; "
+                  f"last 10: {timing.summary(slice(-10, None))}")
+        loads: dict[str, list[float]] = {name: [] for name in graphs}
+        for _ in range(5):
+            for name in graphs:
+                fresh_saver: Any = (AgentStateSaver(base_url=base_url) if name == "agentstate"
+                                    else theirs)
+                graph = build(fresh_saver, 1)
+                config = {"configurable": {"thread_id": threads[name]}}
+                started = time.perf_counter()
+                state = await graph.aget_state(config)
+                loads[name].append((time.perf_counter() - started) * 1000)
+                assert len(state.values["messages"]) == 2 * turns
+                if name == "agentstate":
+                    await fresh_saver.aclose()
+                    fresh_saver.close()
+    await ours.aclose()
+    ours.close()
+    stored = await sizes(plain_dsn)
+    report(turns, latencies, loads, stored, text_bytes)
+
+
+def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[float]],
+           stored: dict[str, dict[str, int]], text_bytes: int) -> None:
+    first = slice(0, 10)
+    last = slice(max(0, turns - 10), turns)
+    print(f"\n{turns} turns, {2 * turns} messages, {text_bytes / 1024:.0f} KiB of message text")
+    print("\n| | agentstate (HTTP) | AsyncPostgresSaver (in-process) |")
+    print("|---|---|---|")
+    for label, window in ((f"invoke, turns 1-10, median ms", first),
+                          (f"invoke, turns {last.start + 1}-{turns}, median ms", last)):
+        print(f"| {label} | " + " | ".join(
+            f"{statistics.median(latencies[n][window]):.1f}" for n in latencies) + " |")
+    print(f"| invoke, turn {turns}, ms | " + " | ".join(
+        f"{latencies[n][-1]:.1f}" for n in latencies) + " |")
+    print("| load final state (aget_state), median of 5, ms | " + " | ".join(
+        f"{statistics.median(loads[n]):.1f}" for n in latencies) + " |")
+    for key, label in (("total", "stored, pg_total_relation_size"),
+                       ("payload", "stored, sum of pg_column_size of the rows")):
+        print(f"| {label} | " + " | ".join(
+            f"{stored[n][key] / 1048576:.2f} MiB ({stored[n][key] / text_bytes:.0f}x text)"
+            for n in latencies) + " |")
+    print("\nrows and KiB per table:", {
+        n: {k: v for k, v in s.items() if k not in ("total", "payload")}
+        for n, s in stored.items()})
+    print("per turn, agentstate:", [round(x, 1) for x in latencies["agentstate"][first]],
+          [round(x, 1) for x in latencies["agentstate"][last]])
+    print("per turn, AsyncPostgresSaver:",
+          [round(x, 1) for x in latencies["AsyncPostgresSaver"][first]],
+          [round(x, 1) for x in latencies["AsyncPostgresSaver"][last]])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=400)
+    args = parser.parse_args()
+    url = create_postgres_database()
+    try:
+        migrate(url)
+        asyncio.run(run(args.turns, url))
+    finally:
+        drop_postgres_database(url)
+
+
+if __name__ == "__main__":
+    main()

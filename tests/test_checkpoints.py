@@ -1,0 +1,330 @@
+"""Checkpoints of graph runtimes (issue 15, "server: checkpoints"), on SQLite and Postgres,
+through HTTP."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+import httpx
+import pytest
+
+from tests.support import drain
+
+pytestmark = pytest.mark.anyio
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def digest(type_: str, data: bytes) -> str:
+    return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:16].hex()
+
+
+def body(cid: str, versions: dict, values: list | None = None, *, ns: str = "",
+         parent: str | None = None, **metadata: object) -> dict:
+    return {"checkpoint_ns": ns, "checkpoint_id": cid, "parent_checkpoint_id": parent,
+            "checkpoint": {"v": 1, "id": cid, "channel_versions": versions},
+            "metadata": {"step": 0, **metadata}, "values": values or []}
+
+
+def value(channel: str, version: object, data: bytes) -> dict:
+    return {"channel": channel, "version": version, "type": "bytes", "data": b64(data)}
+
+
+async def test_create_replay_conflict_and_values_per_version(
+        client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    first = body("c1", {"a": 1, "b": 1}, [value("a", 1, b"A1"), value("b", 1, b"B1")])
+    made = await client.post(base, json=first)
+    assert made.status_code == 201, made.text
+    assert made.headers["location"] == f"{base}/c1"
+    assert (await client.post(base, json=first)).status_code == 200, "a replay"
+    other = await client.post(base, json={**first, "metadata": {"step": 9}})
+    assert other.status_code == 409 and other.json()["code"] == "checkpoint_exists"
+
+    # The second checkpoint sends only the channel it changed.
+    second = body("c2", {"a": 2, "b": 1}, [value("a", 2, b"A2")], parent="c1")
+    assert (await client.post(base, json=second)).status_code == 201
+    got = (await client.get(f"{base}/c2")).json()
+    assert got["parent_checkpoint_id"] == "c1"
+    assert {ch: base64.b64decode(v["data"]) for ch, v in got["values"].items()} == {
+        "a": b"A2", "b": b"B1"}
+    old = (await client.get(f"{base}/c1")).json()
+    assert base64.b64decode(old["values"]["a"]["data"]) == b"A1"
+    latest = (await client.get(f"{base}/latest")).json()
+    assert latest["checkpoint_id"] == "c2"
+    assert (await client.get(f"{base}/nope")).status_code == 404
+    assert (await client.get(f"{base}/latest", params={"checkpoint_ns": "x"})).status_code == 404
+
+
+async def test_items_are_stored_once_and_sent_by_digest(client: httpx.AsyncClient,
+                                                        uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    m1, m2 = b"first message", b"second message"
+    items = [{"type": "msgpack", "data": b64(m1)}]
+    made = await client.post(base, json=body("c1", {"messages": 1}, [
+        {"channel": "messages", "version": 1, "type": "list", "items": items}]))
+    assert made.status_code == 201, made.text
+    by_digest = [{"digest": digest("msgpack", m1)}, {"type": "msgpack", "data": b64(m2)}]
+    assert (await client.post(base, json=body("c2", {"messages": 2}, [
+        {"channel": "messages", "version": 2, "type": "list", "items": by_digest}],
+        parent="c1"))).status_code == 201
+    got = (await client.get(f"{base}/c2")).json()["values"]["messages"]
+    assert got["type"] == "list"
+    assert [base64.b64decode(i["data"]) for i in got["items"]] == [m1, m2]
+    unknown = await client.post(base, json=body("c3", {"messages": 3}, [
+        {"channel": "messages", "version": 3, "type": "list",
+         "items": [{"digest": "0" * 32}]}]))
+    assert unknown.status_code == 409 and unknown.json()["code"] == "checkpoint_items_missing"
+    assert unknown.json()["missing"] == ["0" * 32]
+    bad = await client.post(base, json=body("c3", {}, [
+        {"channel": "m", "version": 3, "type": "list", "data": b64(b"x"), "items": []}]))
+    assert bad.status_code == 422
+
+
+async def test_writes_are_idempotent_and_sorted(client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.post(base, json=body("c1", {}))
+    writes = {"task_id": "t2", "task_path": "~b", "writes": [
+        {"idx": 0, "channel": "x", "type": "bytes", "data": b64(b"one")}]}
+    for _ in range(2):
+        sent = await client.post(f"{base}/c1/writes", json=writes)
+        assert sent.status_code == 200, sent.text
+    again = {**writes, "writes": [{**writes["writes"][0], "data": b64(b"changed")}]}
+    assert (await client.post(f"{base}/c1/writes", json=again)).status_code == 200
+    await client.post(f"{base}/c1/writes", json={"task_id": "t1", "task_path": "~a", "writes": [
+        {"idx": 1, "channel": "y", "type": "bytes", "data": b64(b"two")},
+        {"idx": -1, "channel": "__error__", "type": "bytes", "data": b64(b"err")}]})
+    pending = (await client.get(f"{base}/c1")).json()["pending_writes"]
+    assert [(w["task_id"], w["idx"], base64.b64decode(w["data"])) for w in pending] == [
+        ("t1", -1, b"err"), ("t1", 1, b"two"), ("t2", 0, b"one")]
+    # Writes may come before their checkpoint (runtimes save checkpoints in the background).
+    early = await client.post(f"{base}/c2/writes", json=writes)
+    assert early.status_code == 200
+    await client.post(base, json=body("c2", {}, parent="c1"))
+    assert [w["task_id"] for w in (await client.get(f"{base}/c2")).json()["pending_writes"]] \
+        == ["t2"]
+
+
+async def test_list_filters_prune_copy_delete_runs_and_events(client: httpx.AsyncClient,
+                                                              uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    _, cursor = await drain(client, None)
+    for n in range(1, 5):
+        await client.post(base, json=body(f"c{n}", {"a": n}, [value("a", n, f"v{n}".encode())],
+                                          step=n, run_id=f"r{n % 2}"))
+    await client.post(base, json=body("c3", {}, ns="sub:1", step=3))
+    listed = await client.get(base, params={"limit": 2})
+    assert [(c["checkpoint_ns"], c["checkpoint_id"]) for c in listed.json()["data"]] == [
+        ("", "c4"), ("sub:1", "c3")]
+    rest = await client.get(base, params={"limit": 10, "cursor": listed.json()["next_cursor"]})
+    assert [c["checkpoint_id"] for c in rest.json()["data"]] == ["c3", "c2", "c1"]
+    root = await client.get(base, params={"checkpoint_ns": "", "before": "c4", "limit": 1})
+    assert [c["checkpoint_id"] for c in root.json()["data"]] == ["c3"]
+    filtered = await client.get(base, params={"metadata": '{"run_id": "r1"}'})
+    assert [c["checkpoint_id"] for c in filtered.json()["data"]] == ["c3", "c1"]
+
+    copied = await client.post(f"{base}/copy", json={"thread_id": f"copy-{uid}"})
+    assert copied.status_code == 200 and copied.json() == {"count": 5}
+    assert [c["checkpoint_id"] for c in (await client.get(
+        f"/v1/threads/copy-{uid}/checkpoints")).json()["data"]] == ["c4", "c3", "c3", "c2", "c1"]
+
+    pruned = await client.post(f"{base}/prune", json={"keep": 1})
+    assert pruned.json() == {"count": 3}
+    kept = (await client.get(base)).json()["data"]
+    assert [(c["checkpoint_ns"], c["checkpoint_id"]) for c in kept] == [("", "c4"), ("sub:1", "c3")]
+    assert base64.b64decode(kept[0]["values"]["a"]["data"]) == b"v4"
+
+    gone = await client.post("/v1/checkpoints/delete-runs", json={"run_ids": ["r1"]})
+    assert gone.json() == {"count": 2}, "c3 and c1 of the copy (the source's were pruned)"
+    assert [c["checkpoint_id"] for c in (await client.get(
+        f"/v1/threads/copy-{uid}/checkpoints")).json()["data"]] == ["c4", "c3", "c2"], \
+        "the c3 left is that of namespace sub:1, which names no run"
+    assert (await client.delete(base)).status_code == 204
+    assert (await client.get(base)).json()["data"] == []
+
+    events, _ = await drain(client, cursor)
+    types = [e["type"] for e in events if e["type"].startswith("checkpoint.")]
+    assert types.count("checkpoint.created") == 5
+    assert {"checkpoint.copied", "checkpoint.pruned", "checkpoint.runs_deleted",
+            "checkpoint.deleted"} <= set(types)
+
+
+async def test_if_match_on_the_thread_and_delete_with_the_thread(
+        client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.put(f"/v1/threads/{uid}", json={"state": {}}, headers={"If-None-Match": "*"})
+    stale = await client.post(base, json=body("c1", {}), headers={"If-Match": '"7"'})
+    assert stale.status_code == 412 and stale.json()["current_revision"] == 1
+    assert (await client.post(base, json=body("c1", {}),
+                              headers={"If-Match": '"1"'})).status_code == 201
+    assert (await client.delete(f"/v1/threads/{uid}", headers={"If-Match": '"1"'})).status_code \
+        == 204
+    assert (await client.get(base)).status_code == 404
+    late = await client.post(base, json=body("c2", {}))
+    assert late.status_code == 410
+
+
+async def test_body_limits(client: httpx.AsyncClient, uid: str) -> None:
+    """A checkpoint above the general 1 MiB limit is stored; above its own limit it is 413."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    big = b"x" * (3 * 1024 * 1024)
+    stored = await client.post(base, json=body("c1", {"a": 1}, [value("a", 1, big)]))
+    assert stored.status_code == 201, stored.text[:200]
+    assert base64.b64decode((await client.get(f"{base}/c1")).json()["values"]["a"]["data"]) == big
+    elsewhere = await client.put(f"/v1/threads/other-{uid}", json={"state": {"x": "y" * 2**21}})
+    assert elsewhere.status_code == 413
+    huge = b"x" * (64 * 1024 * 1024)
+    refused = await client.post(base, content=b'{"pad": "' + huge + b'"}',
+                                headers={"content-type": "application/json"})
+    assert refused.status_code == 413 and refused.json()["code"] == "payload_too_large"
+
+
+@pytest.mark.slow
+async def test_tenants_never_see_each_others_checkpoints(
+        secured_client: httpx.AsyncClient, secured_database_url: str, uid: str) -> None:
+    from tests.test_auth import bearer, create_key
+
+    a = bearer(create_key(secured_database_url, f"a-{uid}"))
+    b = bearer(create_key(secured_database_url, f"b-{uid}"))
+    base = f"/v1/threads/{uid}/checkpoints"
+    made = await secured_client.post(base, json=body("c1", {"a": 1}, [value("a", 1, b"A")],
+                                                     run_id="r"), headers=a)
+    assert made.status_code == 201
+    for path in (base, f"{base}/c1", f"{base}/latest"):
+        assert (await secured_client.get(path, headers=b)).status_code == 404, path
+    assert (await secured_client.post(f"{base}/prune", json={"keep": 0},
+                                      headers=b)).status_code == 404
+    assert (await secured_client.post(f"{base}/copy", json={"thread_id": f"x-{uid}"},
+                                      headers=b)).status_code == 404
+    assert (await secured_client.post("/v1/checkpoints/delete-runs", json={"run_ids": ["r"]},
+                                      headers=b)).json() == {"count": 0}
+    # B's own thread of the same id holds B's checkpoints only.
+    assert (await secured_client.post(base, json=body("c1", {}), headers=b)).status_code == 201
+    mine = await secured_client.get(f"{base}/c1", headers=a)
+    assert mine.status_code == 200 and mine.json()["values"]["a"]["data"] == b64(b"A")
+
+
+async def test_long_lists_across_chunks_survive_prune_and_copy(client: httpx.AsyncClient,
+                                                               uid: str) -> None:
+    """A list longer than a chunk (64 items) grows by digest references, and reads back in
+    order after a prune dropped the versions before it and after a copy."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"message {n}".encode() for n in range(130)]
+    sent: list[bytes] = []
+    for version, upto in enumerate((100, 129, 130), start=1):
+        items = [{"digest": digest("msgpack", m)} if m in sent
+                 else {"type": "msgpack", "data": b64(m)} for m in log[:upto]]
+        made = await client.post(base, json=body(f"c{version}", {"messages": version}, [
+            {"channel": "messages", "version": version, "type": "list", "items": items}]))
+        assert made.status_code == 201, made.text
+        sent = log[:upto]
+    assert (await client.post(f"{base}/prune", json={"keep": 1})).json() == {"count": 2}
+    await client.post(f"{base}/copy", json={"thread_id": f"copy-{uid}"})
+    for thread in (uid, f"copy-{uid}"):
+        got = (await client.get(f"/v1/threads/{thread}/checkpoints/c3")).json()
+        assert [base64.b64decode(i["data"]) for i in got["values"]["messages"]["items"]] == log
+
+
+async def test_a_list_sent_as_what_it_gained(client: httpx.AsyncClient, uid: str) -> None:
+    """`base_version`: the stored list of that version, then the items sent."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"entry {n}".encode() for n in range(140)]
+    versions = [(1, 0, 63), (2, 63, 64), (3, 64, 130), (4, 130, 140)]
+    for version, start, end in versions:
+        value_ = {"channel": "log", "version": version, "type": "list",
+                  "items": [{"type": "msgpack", "data": b64(m)} for m in log[start:end]]}
+        if start:
+            value_["base_version"] = version - 1
+        made = await client.post(base, json=body(f"c{version}", {"log": version}, [value_]))
+        assert made.status_code == 201, made.text
+    for version, _, end in versions:
+        got = (await client.get(f"{base}/c{version}")).json()["values"]["log"]["items"]
+        assert [base64.b64decode(i["data"]) for i in got] == log[:end], version
+    missing = await client.post(base, json=body("c9", {"log": 9}, [
+        {"channel": "log", "version": 9, "base_version": 8, "type": "list", "items": []}]))
+    assert missing.status_code == 409 and missing.json()["code"] == "checkpoint_items_missing"
+    assert (await client.get(f"{base}/c9")).status_code == 404, "nothing written"
+
+
+async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    cases = [
+        body("c1", {"a": [1]}),  # a version that is no scalar
+        body("c1", {"a": "v" * 300}),  # a version longer than its stored key may be
+        body("c1", {}, [value("a", "v" * 300, b"x")]),
+        body("c1", {}, [{**value("a", 1, b"x"), "data": "not base64!"}]),
+        body("c1", {}, [{"channel": "a", "version": 1, "type": "list", "data": "eA==",
+                         "items": []}]),
+        body("c1", {}, [{"channel": "a", "version": 1, "type": "t", "items": [
+            {"type": "t"}]}]),
+        {**body("c1", {}), "extra": 1},
+    ]
+    for case in cases:
+        response = await client.post(base, json=case)
+        assert response.status_code == 422, (case, response.text)
+    nul = await client.get(base, params={"checkpoint_ns": "a\x00b"})
+    assert nul.status_code == 422
+    huge = await client.post(f"{base}/c1/writes", json={"task_id": "t", "writes": [
+        {"idx": 2**40, "channel": "a", "type": "t", "data": "eA=="}]})
+    assert huge.status_code == 422
+    assert (await client.get(base)).status_code == 404, "nothing created the thread"
+
+
+async def test_prunes_racing_saves_never_lose_a_value(client: httpx.AsyncClient,
+                                                      uid: str) -> None:
+    """Saves that continue a list (`base_version`) and prunes to the latest, all at once on
+    one thread: every checkpoint left reads back whole, and a save whose base was pruned is
+    refused (409), never stored with a value missing."""
+    import asyncio
+
+    base = f"/v1/threads/{uid}/checkpoints"
+    await client.post(base, json=body("c000", {"log": 0, "x": 0}, [
+        {"channel": "log", "version": 0, "type": "list", "items": []}, value("x", 0, b"x")]))
+
+    async def save(n: int) -> int:
+        response = await client.post(base, json=body(f"c{n:03}", {"log": n, "x": 0}, [
+            {"channel": "log", "version": n, "base_version": 0, "type": "list",
+             "items": [{"type": "msgpack", "data": b64(f"m{n}".encode())}]}]))
+        return response.status_code
+
+    async def prune() -> int:
+        return (await client.post(f"{base}/prune", json={"keep": 1})).status_code
+
+    statuses = await asyncio.gather(*[save(n) if n % 3 else prune() for n in range(1, 31)])
+    assert set(statuses) <= {200, 201, 409}, statuses
+    assert 201 in statuses
+    for checkpoint in (await client.get(base, params={"limit": 100})).json()["data"]:
+        got = (await client.get(f"{base}/{checkpoint['checkpoint_id']}")).json()["values"]
+        n = int(checkpoint["checkpoint_id"][1:])
+        if n:
+            assert [base64.b64decode(i["data"]) for i in got["log"]["items"]] == [
+                f"m{n}".encode()]
+        assert base64.b64decode(got["x"]["data"]) == b"x"
+
+
+async def test_reads_by_digest_and_items_fetched_apart(client: httpx.AsyncClient,
+                                                       uid: str) -> None:
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"entry {n}".encode() for n in range(70)]
+    await client.post(base, json=body("c1", {"log": 1}, [
+        {"channel": "log", "version": 1, "type": "list",
+         "items": [{"type": "msgpack", "data": b64(m)} for m in log]}]))
+    expected = [digest("msgpack", m) for m in log]
+    for response in (await client.get(f"{base}/c1", params={"items": "digests"}),
+                     await client.get(f"{base}/latest", params={"items": "digests"})):
+        value_ = response.json()["values"]["log"]
+        assert value_["digests"] == expected and value_["items"] is None
+    listed = (await client.get(base, params={"items": "digests"})).json()["data"][0]
+    assert listed["values"]["log"]["digests"] == expected
+    fetched = await client.post(f"{base}/items", json={"digests": expected[:3] + ["f" * 32]})
+    assert fetched.status_code == 200, fetched.text
+    assert [(i["digest"], base64.b64decode(i["data"])) for i in sorted(
+        fetched.json()["data"], key=lambda i: expected.index(i["digest"]))] == list(
+        zip(expected[:3], log[:3]))
+    whole = (await client.get(f"{base}/c1")).json()["values"]["log"]
+    assert "digest" not in whole["items"][0] and whole["digests"] is None
+    assert (await client.post(f"/v1/threads/nope-{uid}/checkpoints/items",
+                              json={"digests": []})).status_code == 404
