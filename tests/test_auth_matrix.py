@@ -39,6 +39,10 @@ EXAMPLES: dict[tuple[str, str], Callable[[dict[str, str]], Any]] = {
     # A fork makes a thread whose id is in the body: a new one each time.
     ("post", "/v1/threads/{thread_id}/fork"): lambda learned: {
         "thread_id": f"fork-{uuid.uuid4().hex[:12]}"},
+    # A batch names its threads in the body, not the path: a new one each time.
+    ("post", "/v1/batch"): lambda learned: {"operations": [
+        {"op": "thread.put", "thread_id": f"batch-{uuid.uuid4().hex[:12]}",
+         "body": {"state": {}}}]},
 }
 
 
