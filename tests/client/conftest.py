@@ -1,4 +1,5 @@
-"""Fixtures for the client tests: one real `agentstate serve` per backend.
+"""Fixtures for the client tests: one real `agentstate serve` per backend, and the async
+client on the in-process app (`api`) for the framework adapters' tests.
 
 Every test that uses `server` (or `client`, built on it) starts that process, so it is marked
 `@pytest.mark.slow`. There is no probing of the server's routes: a route the client calls
@@ -7,10 +8,12 @@ that the server lacks is a failing test, not a skipped one.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import httpx
 import pytest
-from agentstate_client import AgentStateClient
+from agentstate_client import AgentStateClient, AsyncAgentStateClient
+from fastapi import FastAPI
 
 from tests.support import ServerProcess
 
@@ -29,3 +32,11 @@ def server(database_url: str) -> Iterator[ServerProcess]:
 def client(server: ServerProcess) -> Iterator[AgentStateClient]:
     with AgentStateClient(server.base_url, backoff=0.01) as c:
         yield c
+
+
+@pytest.fixture
+async def api(app: FastAPI) -> AsyncIterator[AsyncAgentStateClient]:
+    """The async client on the in-process app (no server process: for the adapters' tests)."""
+    async with AsyncAgentStateClient("http://agentstate.test",
+                                     transport=httpx.ASGITransport(app=app)) as client:
+        yield client

@@ -4,7 +4,6 @@ writes). In-process (httpx over ASGI to the app on each backend), so not `slow`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -22,13 +21,6 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def api(app: FastAPI) -> AsyncIterator[AsyncAgentStateClient]:
-    async with AsyncAgentStateClient("http://agentstate.test",
-                                     transport=httpx.ASGITransport(app=app)) as client:
-        yield client
 
 
 def event(n: int, *, delta: dict[str, Any] | None = None, role: str = "user",

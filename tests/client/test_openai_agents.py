@@ -7,10 +7,8 @@ In-process (httpx over ASGI to the app on each backend), so not `slow`.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.openai_agents import AgentStateSession
@@ -18,7 +16,6 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
-from fastapi import FastAPI
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -26,13 +23,6 @@ from openai.types.responses import (
 )
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def api(app: FastAPI) -> AsyncIterator[AsyncAgentStateClient]:
-    async with AsyncAgentStateClient("http://agentstate.test",
-                                     transport=httpx.ASGITransport(app=app)) as client:
-        yield client
 
 
 def text(message_id: str, words: str) -> ResponseOutputMessage:
