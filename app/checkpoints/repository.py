@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
@@ -21,20 +22,60 @@ from sqlalchemy import (
     select,
     tuple_,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
 from app.db.base import AnyRow, table
+from app.threads.models import Thread
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)
 i = table(CheckpointItem)
 w = table(CheckpointWrite)
+t = table(Thread)
 # Bound parameters per statement stay well below SQLite's 32766 and asyncpg's 32767.
 _CHUNK = 500
 _LOCK_NAMESPACE = 0x61676370  # "agcp": a thread's checkpoint values (see `lock_values`)
+
+
+_INSERTED = ("tenant_id", "thread_pk", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id",
+             "checkpoint", "metadata", "content_hash", "created_at", "run_id")
+
+
+# The statements of every graph step are built once (per backend) with bound parameters:
+# SQLAlchemy then finds their compiled form without walking a new statement each time.
+@cache
+def _insert_checkpoint(postgres: bool) -> Any:
+    module = postgresql if postgres else sqlite
+    return (module.insert(c)
+            .values({name: bindparam(f"v_{name}", type_=c.c[name].type) for name in _INSERTED})
+            .on_conflict_do_nothing(index_elements=["thread_pk", "checkpoint_ns",
+                                                    "checkpoint_id"])
+            .returning(c.c.id, c.c.checkpoint_ns, c.c.checkpoint_id, c.c.parent_checkpoint_id,
+                       c.c.created_at))
+
+
+@cache
+def _latest_of_live() -> Any:
+    return (select(c).join(t, t.c.id == c.c.thread_pk)
+            .where(t.c.tenant_id == bindparam("tenant"), t.c.thread_id == bindparam("thread"),
+                   t.c.deleted_at.is_(None), c.c.tenant_id == bindparam("tenant"),
+                   c.c.checkpoint_ns == bindparam("ns"))
+            .order_by(c.c.checkpoint_id.desc()).limit(1))
+
+
+@cache
+def _list_value() -> Any:
+    last = i.c.digest == func.substr(b.c["items"], func.length(b.c["items"]) - 15, 16)
+    return (select(b.c["items"], i.c.data.label("last"))
+            .select_from(b.outerjoin(i, and_(i.c.tenant_id == b.c.tenant_id,
+                                             i.c.thread_pk == b.c.thread_pk, last)))
+            .where(b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
+                   b.c.checkpoint_ns == bindparam("ns"), b.c.channel == bindparam("channel"),
+                   b.c.version == bindparam("version")))
 
 
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
@@ -81,6 +122,13 @@ class CheckpointRepository:
             select(c).where(self._mine(c, thread_pk), c.c.checkpoint_ns == ns,
                             c.c.checkpoint_id == checkpoint_id))).first()
 
+    async def latest_of_live(self, thread_id: str, ns: str) -> AnyRow | None:
+        """The newest checkpoint of a namespace of the live thread `thread_id`, found by the
+        thread's id in one statement (its `thread_pk` is the thread's key); None if the
+        thread is missing, deleted or has none there."""
+        return (await self.connection.execute(
+            _latest_of_live(), {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})).first()
+
     async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
                    after: tuple[str, str] | None, metadata: dict[str, Any] | None,
                    limit: int) -> list[AnyRow]:
@@ -108,6 +156,14 @@ class CheckpointRepository:
                                 tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version)
                                 .in_(list(chunk))))).all())
         return rows
+
+    async def list_value(self, thread_pk: int, ns: str, channel: str,
+                         version: str) -> AnyRow | None:
+        """A stored value's `items` (its chunks' digests) with `last`, the data of its last
+        chunk (None if that chunk is not stored), in one statement; None if no such value."""
+        return (await self.connection.execute(_list_value(), {
+            "tenant": self.tenant_id, "pk": thread_pk, "ns": ns, "channel": channel,
+            "version": version})).first()
 
     async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
         rows: list[AnyRow] = []
@@ -163,11 +219,12 @@ class CheckpointRepository:
     # --- writes --------------------------------------------------------------------------
 
     async def insert(self, values: dict[str, Any]) -> AnyRow | None:
-        """The new row, or None if the (thread, namespace, id) is taken."""
-        stmt = (insert_ignoring_conflicts(self.connection, c,
-                                          ["thread_pk", "checkpoint_ns", "checkpoint_id"])
-                .values(tenant_id=self.tenant_id, **values).returning(*c.c))
-        return (await self.connection.execute(stmt)).first()
+        """The new row's key columns (not the checkpoint and metadata documents just sent),
+        or None if the (thread, namespace, id) is taken."""
+        row = {"tenant_id": self.tenant_id, **values}
+        return (await self.connection.execute(
+            _insert_checkpoint(dialect_name(self.connection) == "postgresql"),
+            {f"v_{name}": row[name] for name in _INSERTED})).first()
 
     async def insert_blobs(self, rows: list[dict[str, Any]]) -> None:
         for chunk in _chunks(rows, 100):

@@ -192,21 +192,20 @@ class CheckpointService:
         """The full chunks of a stored list value and the item digests of its last chunk
         when that one is not full; 409 if the thread holds no such list."""
         key = version_key(version)
-        found = await self.repo.blobs(thread_pk, [(ns, channel, key)])
-        stored = found[0]._mapping["items"] if found else None
-        if stored is None:
+        found = await self.repo.list_value(thread_pk, ns, channel, key)  # with its last chunk
+        stored = found._mapping["items"] if found is not None else None
+        if found is None or stored is None:
             raise CheckpointItemsMissing(
                 f"Version {key!r} of channel {channel!r} is not a list stored in this thread; "
                 "send every item.", missing=[])
         chunks = _split(stored)
         if not chunks:
             return [], []
-        last = await self.repo.items(thread_pk, [chunks[-1]])
-        if not last:
+        if found.last is None:
             raise CheckpointItemsMissing(f"The last chunk of version {key!r} of channel "
                                          f"{channel!r} is not stored; send every item.",
                                          missing=[chunks[-1].hex()])
-        tail = _split(last[0].data)
+        tail = _split(found.last)
         return (chunks, []) if len(tail) == CHUNK else (chunks[:-1], tail)
 
     async def put_writes(self, thread_id: str, checkpoint_id: str, body: WritesIn,
@@ -300,12 +299,12 @@ class CheckpointService:
 
     async def latest(self, thread_id: str, ns: str, *,
                      by_digest: bool = False) -> CheckpointOut:
-        pk = await self.threads.live_pk(thread_id)
-        rows = await self.repo.page(pk, ns=ns, before=None, after=None, metadata=None, limit=1)
-        if not rows:
+        row = await self.repo.latest_of_live(thread_id, ns)
+        if row is None:
+            await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
-        return (await self._expand(thread_id, pk, rows, by_digest))[0]
+        return (await self._expand(thread_id, row.thread_pk, [row], by_digest))[0]
 
     async def get(self, thread_id: str, ns: str, checkpoint_id: str, *,
                   by_digest: bool = False) -> CheckpointOut:

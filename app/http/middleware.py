@@ -121,10 +121,17 @@ class RequestShapeMiddleware:
     the routes themselves, so an endpoint added later is covered); a request whose method
     matches goes straight on after one pass. A path no route matches goes on to the router
     (its 404).
+
+    A (method, path) that matched fully is remembered (up to `KNOWN` of them), so the
+    requests an agent repeats on its threads skip the pass: only a full match is kept, and a
+    route removed since only means the router answers the request (its 404) itself.
     """
+
+    KNOWN = 4096
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self._full: set[tuple[str, str]] = set()
 
     @staticmethod
     def _matches(scope: Scope, method: str) -> Match:
@@ -161,7 +168,13 @@ class RequestShapeMiddleware:
             await problem_response(error, scope["path"][:200])(scope, receive, send)
             return
         method = scope["method"]
-        if method in _ROUTE_METHODS and self._matches(scope, method) == Match.FULL:
+        key = (method, scope["path"])
+        if key in self._full or (method in _ROUTE_METHODS
+                                 and self._matches(scope, method) == Match.FULL):
+            if key not in self._full:
+                if len(self._full) >= self.KNOWN:
+                    self._full.clear()
+                self._full.add(key)
             if method == "PATCH":  # the common case: one pass over the routes
                 send = _with_headers(send, [(b"accept-patch", ACCEPT_PATCH.encode())])
             await self.app(scope, receive, send)

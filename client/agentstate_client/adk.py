@@ -147,9 +147,12 @@ class AgentStateSessionService(BaseSessionService):
                             "body": {"state": wrap(deltas[scope])}})
         return ops
 
-    async def _merge(self, app_name: str, user_id: str, session: Session) -> Session:
-        app, user = await asyncio.gather(self._scoped(app_thread(app_name)),
-                                         self._scoped(user_thread(app_name, user_id)))
+    async def _merge(self, app_name: str, user_id: str, session: Session,
+                     scopes: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Session:
+        """The session with its app's and user's state (read now, unless `scopes` holds them
+        read already)."""
+        app, user = scopes or await asyncio.gather(
+            self._scoped(app_thread(app_name)), self._scoped(user_thread(app_name, user_id)))
         for key, value in app.items():
             session.state[State.APP_PREFIX + key] = value
         for key, value in user.items():
@@ -198,6 +201,11 @@ class AgentStateSessionService(BaseSessionService):
         thread_id = session_thread(app_name, user_id, session_id.strip())
         recent = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
+        # The app's and user's state are read alongside the session, not after it: one
+        # round trip of latency instead of two (a session that turns out missing wastes two
+        # small reads).
+        scopes = asyncio.gather(self._scoped(app_thread(app_name)),
+                                self._scoped(user_thread(app_name, user_id)))
         try:
             if recent is None and after is None:
                 thread = await self.client.get_thread(thread_id, include_messages=True,
@@ -213,8 +221,13 @@ class AgentStateSessionService(BaseSessionService):
                 thread = await self.client.get_thread(thread_id)
                 events = await self._recent(thread_id, recent, after)
         except NotFound:
+            await scopes
             return None
-        return await self._merge(app_name, user_id, self._session(thread, events))
+        except BaseException:
+            scopes.cancel()
+            raise
+        app, user = await scopes
+        return await self._merge(app_name, user_id, self._session(thread, events), (app, user))
 
     async def _recent(self, thread_id: str, recent: int | None,
                       after: float | None) -> list[Event]:
