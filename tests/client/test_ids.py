@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+import uuid
 
 import pytest
 from agentstate_client import AgentStateClient
@@ -78,7 +79,9 @@ def test_refusals_name_the_problem() -> None:
 
 @pytest.mark.slow
 def test_the_server_accepts_every_mapped_id(client: AgentStateClient) -> None:
-    for value in SAMPLES:
+    run = uuid.uuid4().hex[:8]  # the server is shared by the session's client tests
+    for sample in SAMPLES:
+        value = f"{sample}/{run}"
         name = encode_id(value)
         thread = client.create_thread(thread_id=name, state={})
         assert decode_id(client.get_thread(thread.thread_id).thread_id) == value
