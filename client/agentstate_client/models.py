@@ -20,6 +20,7 @@ JsonObject = dict[str, Any]
 Role = Literal["system", "user", "assistant", "tool", "developer"]
 T = TypeVar("T")
 M = TypeVar("M", bound="_Model")
+W = TypeVar("W", bound="_MessagesWritten")
 
 _TIMESTAMPS = frozenset({"created_at", "updated_at", "at", "last_connected_at"})
 
@@ -109,29 +110,26 @@ class ThreadRevision(_Model):
 
 
 @dataclass(frozen=True)
-class AppendResult(_Model):
-    """What an append stored: the messages (with ids and seqs) and the thread's new revision."""
+class _MessagesWritten(_Model):
+    """Messages a write touched and the thread's new revision (`{"data", "thread_revision"}`)."""
 
     data: list[Message]
     thread_revision: int
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> AppendResult:
+    def from_json(cls: type[W], data: dict[str, Any]) -> W:
         return cls(data=[Message.from_json(m) for m in data["data"]],
                    thread_revision=data["thread_revision"])
 
 
 @dataclass(frozen=True)
-class RemoveResult(_Model):
+class AppendResult(_MessagesWritten):
+    """What an append stored: the messages (with ids and seqs) and the thread's new revision."""
+
+
+@dataclass(frozen=True)
+class RemoveResult(_MessagesWritten):
     """What a removal deleted (the messages as they were) and the thread's new revision."""
-
-    data: list[Message]
-    thread_revision: int
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RemoveResult:
-        return cls(data=[Message.from_json(m) for m in data["data"]],
-                   thread_revision=data["thread_revision"])
 
 
 @dataclass(frozen=True)
