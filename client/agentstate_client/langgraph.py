@@ -32,7 +32,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -73,6 +73,13 @@ def _b64(data: bytes) -> str:
 def item_digest(type_: str, data: bytes) -> str:
     """The digest the server stores an item under (API.md 7a)."""
     return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:16].hex()
+
+
+def _kept(found: CheckpointTuple | None,
+          wanted: dict[str, Any] | None) -> TypeGuard[CheckpointTuple]:
+    """Whether `found` exists and its metadata holds every pair of `wanted` (list's filter)."""
+    return found is not None and all(found.metadata.get(k) == v
+                                     for k, v in (wanted or {}).items())
 
 
 class AgentStateSaver(BaseCheckpointSaver[str]):
@@ -341,8 +348,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         only = params.pop("only", None)
         if only is not None:
             found = self.get_tuple(config) if config else None
-            if found is not None and (not filter or all(
-                    found.metadata.get(k) == v for k, v in filter.items())):
+            if _kept(found, filter):
                 yield found
             return
         left = limit
@@ -431,8 +437,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         only = params.pop("only", None)
         if only is not None:
             found = await self.aget_tuple(config) if config else None
-            if found is not None and (not filter or all(
-                    found.metadata.get(k) == v for k, v in filter.items())):
+            if _kept(found, filter):
                 yield found
             return
         left = limit
