@@ -182,6 +182,7 @@ async def api_view(client: httpx.AsyncClient, headers: dict[str, str],
                 state = await client.get(f"{base}/agents/{agent['agent_name']}/state")
                 agent["etag"] = state.headers["etag"]
         view[thread_id] = entry
+    view["lineage"] = (await client.get("/v1/messages/a-cont/lineage")).json()
     view["agent_states"] = await read_all(client, "/v1/agent-states")
     view["mcp_servers"] = await read_all(client, "/v1/mcp-servers", include_secrets="true")
     view["events"] = await read_all(client, "/v1/events")
@@ -255,8 +256,13 @@ async def populate(client: httpx.AsyncClient, headers: dict[str, str], tag: str)
         "task_id": "t1", "task_path": "~a", "writes": [
             {"idx": 0, "channel": "log", "type": "msgpack", "data": "BQ=="}]}))
     await ok(client.post(f"/v1/threads/{a}/fork", json={"thread_id": b, "revision": 12}), 201)
-    await ok(client.post(f"/v1/threads/{b}/messages", json={"role": "user", "content": "fork"}),
-             201)
+    await ok(client.post(f"/v1/threads/{b}/messages", json={"messages": [
+        {"id": "fork-1", "role": "user", "content": "fork"},
+        {"id": "fork-2", "role": "assistant", "content": "on", "parent_id": "fork-1"}]}), 201)
+    # A parent link across threads (a's message continues b's): the export carries it by
+    # (thread_id, seq), so it resolves whatever order the threads are imported in.
+    await ok(client.post(f"/v1/threads/{a}/messages", json={
+        "id": "a-cont", "role": "user", "content": "back in a", "parent_id": "fork-2"}), 201)
     await ok(client.put(f"/v1/threads/{gone}", json={"state": {}},
                         headers={"If-None-Match": "*"}), 201)
     await ok(client.delete(f"/v1/threads/{gone}", headers={"If-Match": '"1"'}), 204)
@@ -315,6 +321,8 @@ async def test_round_trip_to_the_other_backend(source_backend: str, tmp_path: Pa
             before = {tenant: await api_view(client, {"Authorization": f"Bearer {token}"},
                                              threads[tenant])
                       for tenant, token in tokens.items()}
+            assert [(m["thread_id"], m["id"]) for m in before["default"]["lineage"]["data"]] == [
+                ("b-default", "fork-1"), ("b-default", "fork-2"), ("a-default", "a-cont")]
 
         first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
         code, _, err = await cli(source, "export", "-o", str(first), env=env)

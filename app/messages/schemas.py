@@ -123,6 +123,11 @@ class MessageIn(Strict):
     tool_call_id: ToolCallId = Field(None, description="Tool messages only.")
     agent_name: Name | None = None
     metadata: JsonObject = Field(default_factory=dict)
+    parent_id: Name | None = Field(
+        None, description="The message this one continues: the id of a message of any of the "
+        "tenant's threads, or of an earlier message of this request. It must name exactly one "
+        "message (else 422 `parent_not_found` or 409 `message_ambiguous`). "
+        "`GET /v1/messages/{id}/lineage` walks these links.")
 
 
 class MessageBatch(Strict):
@@ -150,7 +155,8 @@ def check_batch(messages: list[MessageIn], settings: Settings, pointer: str) -> 
 
 
 # Omitted from a message when absent, so a message reads back with the members it was sent with.
-_OPTIONAL = ("item", "name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
+_OPTIONAL = ("item", "name", "tool_calls", "tool_call_id", "agent_name", "compaction_id",
+             "parent_id")
 
 
 def messages_path(thread_id: str) -> str:
@@ -180,16 +186,23 @@ class MessageOut(RowModel):
         None, description="Compacted: the compaction that replaced it. "
         "A summary: the compaction that wrote it.",
     )
+    parent_id: str | None = Field(
+        None, description="The message this one continues, as sent on append.")
 
     @classmethod
     def from_row(cls, row: Any) -> MessageOut:
+        return cls(**cls._fields_of(row))
+
+    @staticmethod
+    def _fields_of(row: Any) -> dict[str, Any]:
         compacted = row.status == "compacted"
-        return cls(
+        return dict(
             id=row.message_id, seq=row.seq, position=row.position, role=row.role,
             content=row.content, item=row.item, name=row.name, tool_calls=row.tool_calls,
             tool_call_id=row.tool_call_id, agent_name=row.agent_name, metadata=row.metadata,
             created_at=row.created_at, status=row.status,
             compaction_id=row.compacted_by if compacted else row.summary_of,
+            parent_id=row.parent_id,
         )
 
     @model_serializer(mode="wrap")
@@ -199,6 +212,19 @@ class MessageOut(RowModel):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
+
+
+class LineageMessageOut(MessageOut):
+    """A message of a lineage, which may cross threads: it names its thread."""
+
+    thread_id: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> LineageMessageOut:
+        return cls(**cls._fields_of(row), thread_id=row.thread_id)
+
+
+LINEAGE_CURSOR = "lineage"
 
 
 class AppendOut(BaseModel):
