@@ -15,14 +15,15 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── NotAcceptable (406)       a stream asked for without Accept: text/event-stream
         ├── Conflict (409)            ThreadExists, MessageExists, IdempotencyInFlight,
         │                             CompactionCovered, MessageCompacted, CheckpointExists,
-        │                             CheckpointItemsMissing
+        │                             CheckpointItemsMissing, MessageAmbiguous,
+        │                             MessageReferenced
         ├── Gone (410)                ThreadDeleted
         ├── PreconditionFailed (412)  RevisionMismatch, AlreadyExists  (`current_revision`)
         ├── PayloadTooLarge (413)
         ├── UnsupportedMediaType (415)
         ├── UnprocessableEntity (422) UnknownField, IdempotencyKeyReused,
         │                             CompactionNotContiguous, MessageNotLive, MessageNotFound,
-        │                             UnknownSecret
+        │                             UnknownSecret, ParentNotFound
         ├── PreconditionRequired (428)
         ├── TooManyRequests (429)
         ├── InternalServerError (500) SecretsUndecryptable
