@@ -183,3 +183,46 @@ async def test_bad_lineage_requests_are_4xx(client: httpx.AsyncClient, uid: str)
     assert (await lineage(client, ".bad")).status_code == 422
     bad = await append(client, uid, {"role": "user", "parent_id": "a/b"})
     assert bad.status_code == 422 and bad.json()["errors"][0]["pointer"].endswith("/parent_id")
+
+
+@pytest.mark.postgres_only(reason="row locks order the race; SQLite runs one writer at a time")
+@pytest.mark.parametrize("first", ["append", "delete"])
+async def test_a_link_and_a_delete_of_its_parent_never_both_win(
+        client: httpx.AsyncClient, database_url: str, uid: str, first: str) -> None:
+    """An append that links into thread X and a DELETE of X, queued on X's row in either
+    order: the one that goes first wins, the other is refused, and no link dangles."""
+    import asyncio
+
+    from tests.support import pg_connect, wait_until_blocked
+
+    x, y = f"x-{uid}", f"y-{uid}"
+    await ok(await append(client, x, {"id": f"{uid}-p", "role": "user"}))
+    await ok(await append(client, y, {"role": "user"}))
+    rev = await revision(client, x)
+    holder = await pg_connect(database_url)
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT 1 FROM threads WHERE tenant_id = 'default' AND "
+                                 "thread_id = $1 FOR UPDATE", x)
+            start_append = lambda: asyncio.ensure_future(append(  # noqa: E731
+                client, y, {"id": f"{uid}-c", "role": "user", "parent_id": f"{uid}-p"}))
+            start_delete = lambda: asyncio.ensure_future(client.delete(  # noqa: E731
+                f"/v1/threads/{x}", headers={"If-Match": f'"{rev}"'}))
+            second = "delete" if first == "append" else "append"
+            tasks = {first: start_append() if first == "append" else start_delete()}
+            # The first queues on the holder's row lock, the second behind the first.
+            waiting = await wait_until_blocked(database_url, holder.get_server_pid())
+            tasks[second] = start_append() if second == "append" else start_delete()
+            await wait_until_blocked(database_url, waiting[0])
+        appended, deleted = await tasks["append"], await tasks["delete"]
+    finally:
+        await holder.close()
+    if first == "append":
+        assert appended.status_code == 201, appended.text
+        assert deleted.status_code == 409 and deleted.json()["code"] == "message_referenced"
+        got = await ok(await lineage(client, f"{uid}-c"), 200)
+        assert [m["id"] for m in got["data"]] == [f"{uid}-p", f"{uid}-c"]
+    else:
+        assert deleted.status_code == 204, deleted.text
+        assert appended.status_code == 422 and appended.json()["code"] == "parent_not_found"
+        assert (await lineage(client, f"{uid}-c")).status_code == 404
