@@ -7,6 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import event
 
 pytestmark = pytest.mark.anyio
 
@@ -66,7 +68,8 @@ async def test_a_lineage_crosses_threads_oldest_first(client: httpx.AsyncClient,
     assert [m["id"] for m in alone["data"]] == [f"{uid}-x"]
 
 
-async def test_a_history_of_400_is_one_request(client: httpx.AsyncClient, uid: str) -> None:
+async def test_a_history_of_400_is_one_request(app: FastAPI, client: httpx.AsyncClient,
+                                               uid: str) -> None:
     parent = None
     for turn in range(4):  # 100 a request, each chained to the one before
         batch = []
@@ -75,8 +78,21 @@ async def test_a_history_of_400_is_one_request(client: httpx.AsyncClient, uid: s
                           **({"parent_id": parent} if parent else {})})
             parent = f"{uid}-{n}"
         await ok(await append(client, f"t{turn % 2}-{uid}", *batch))
-    got = await ok(await lineage(client, f"{uid}-399", limit=1000), 200)
+    statements: list[str] = []
+
+    def seen(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        if "messages" in sql:
+            statements.append(sql)
+
+    engine = app.state.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        got = await ok(await lineage(client, f"{uid}-399", limit=1000), 200)
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
     assert [m["content"] for m in got["data"]] == [str(n) for n in range(400)]
+    # Across two threads and 400 links: the id's lookup and one recursive query.
+    assert len(statements) == 2, statements
     assert not got["has_more"]
     last = await ok(await lineage(client, f"{uid}-399", limit=10), 200)
     assert [m["content"] for m in last["data"]] == [str(n) for n in range(390, 400)]
