@@ -457,6 +457,21 @@ async def test_import_refuses_a_line_the_api_would_refuse(
     assert code == 1 and "line 2: thread.a string holds \\u0000" in err, err
     assert (await client.get(f"/v1/threads/nul-{uid}")).status_code == 404
 
+    # A parent link is the id sent and where it pointed, together; one without the other is
+    # refused. A whole link imports, into a thread imported after it or not.
+    half = thread_records(f"half-{uid}", messages=[{"parent_id": "m0"}])
+    code, err = await import_text(database_url, tmp_path, export_text(half))
+    assert code == 1 and "message.parent_id: parent_id, parent_thread_id and parent_seq" in err
+    linked = thread_records(f"linked-{uid}", messages=[
+        {"message_id": f"{uid}-c", "parent_id": f"{uid}-p", "parent_thread_id": f"later-{uid}",
+         "parent_seq": 1}])
+    later = thread_records(f"later-{uid}", messages=[{"message_id": f"{uid}-p"}])
+    code, err = await import_text(database_url, tmp_path, export_text(linked, later))
+    assert code == 0, err
+    got = (await client.get(f"/v1/messages/{uid}-c/lineage")).json()
+    assert [(m["thread_id"], m["id"]) for m in got["data"]] == [
+        (f"later-{uid}", f"{uid}-p"), (f"linked-{uid}", f"{uid}-c")]
+
 
 async def test_import_of_a_truncated_file_keeps_whole_threads(
         database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
