@@ -119,9 +119,10 @@ class AgentStateConversationStore(ConversationStore):
         self.namespace = namespace
         self._owns_client = client is None
         self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
-        # Per conversation: the record revision last seen and the thread revision it was at,
-        # so a write names the thread revision in If-Match without reading it again. A kept
-        # thread (deleted conversation) is remembered with record revision None.
+        # Per conversation thread, what this store last saw (`Seen`): the record revision and
+        # the thread revision it was at, so a write names the thread revision in If-Match
+        # without reading the thread again. Record revisions are unique (uuid7), so a stale
+        # entry can only make a write fail its If-Match, never pass it wrongly.
         self._seen: dict[str, Seen] = {}
 
     async def close(self) -> None:
