@@ -15,10 +15,12 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.errors import NotFound
 from agentstate_client.pydantic_ai import AgentStateConversationStore
+from fastapi import FastAPI
 from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
@@ -371,3 +373,39 @@ async def test_missing_entries_and_released_heads(api: AsyncAgentStateClient, ui
     with pytest.raises(ConversationConflict):
         await store.write_record(stale, expected_revision="not-the-revision")
     assert dataclasses.replace(stale).head_id is None
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """The app over ASGI, recording each request's method and path."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.requests: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(f"{request.method} {request.url.path}")
+        return await self.inner.handle_async_request(request)
+
+
+async def test_turn_400_costs_what_turn_1_costs(app: FastAPI, uid: str) -> None:
+    transport = Counting(app)
+    async with AsyncAgentStateClient("http://agentstate.test", transport=transport) as client:
+        store = AgentStateConversationStore(client=client, namespace=f"cost-{uid}")
+        conversation = Conversation(conversation_id="long")
+        for n in range(100):  # 400 messages, saved a turn at a time
+            conversation.messages = [*conversation.messages, *turn(n, True)]
+            await store.save(conversation)
+        transport.requests.clear()
+        loaded = await store.load("long")
+        assert loaded is not None and len(loaded.messages) == 400
+        # The record, then the whole history in one lineage read.
+        assert [r.split(" ")[0] for r in transport.requests] == ["GET", "GET"]
+        assert transport.requests[1].endswith("/lineage")
+        transport.requests.clear()
+        loaded.messages = [*loaded.messages, *turn(400, False)]
+        await store.save(loaded)
+        # The record's revision, then one PUT: record and new entries together.
+        assert [r.split(" ")[0] for r in transport.requests] == ["GET", "PUT"]
+        # Another app on the same tenant sees none of it.
+        other = AgentStateConversationStore(client=client, namespace=f"other-{uid}")
+        assert await other.load("long") is None and await other.list_conversations() == []
