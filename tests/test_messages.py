@@ -399,3 +399,49 @@ async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> No
         assert (await clients[0].get(url)).json()["data"] == [], "no orphans survived"
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_pages_render_every_message_as_the_single_read_does(client: httpx.AsyncClient,
+                                                                 uid: str) -> None:
+    """Pages (the list and `?include=messages`) are rendered from the stored JSON text
+    without a model per message; each message must read exactly as `GET .../{id}` (the
+    model) renders it: the same members, values and key order, for every kind of message."""
+    url = f"/v1/threads/{uid}/messages"
+    odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
+    sent = [
+        {"id": "plain", "role": "user", "content": "hello"},
+        {"id": "parts", "role": "user", "name": odd, "metadata": {"z": 1, "a": [1.5, None]},
+         "content": [{"type": "text", "text": odd, "z": {"b": 1, "a": None}}]},
+        {"id": "calls", "role": "assistant", "content": None, "agent_name": "planner",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "f", "arguments": "{}"}}]},
+        {"id": "result", "role": "tool", "content": "42", "tool_call_id": odd},
+        {"id": "framework", "role": "model", "content": None,
+         "item": {"type": "function_call", "z": [], "a": {"nested": [1, 2.0, "x"]}}},
+        {"id": "null-item", "role": "quote \" back \\ ✓", "content": "", "item": None},
+        {"id": "gone", "role": "user", "content": "to be compacted"},
+        {"id": "gone-2", "role": "user", "content": "also compacted"},
+    ]
+    assert (await client.post(url, json={"messages": sent})).status_code == 201
+    compacted = await client.post(f"/v1/threads/{uid}/compactions", json={
+        "source_message_ids": ["gone", "gone-2"],
+        "summary": {"id": "summary", "role": "system", "content": "earlier: two messages"}})
+    assert compacted.status_code == 201, compacted.text
+    redacted = await client.patch(f"{url}/parts", json={"content": None, "item": {"r": 1}})
+    assert redacted.status_code == 200, redacted.text
+
+    def ordered(response: httpx.Response) -> object:
+        return json.loads(response.text, object_pairs_hook=list)
+
+    listed = ordered(await client.get(url, params={"view": "full", "limit": 100}))
+    rows = dict(listed)["data"]
+    assert len(rows) == 9
+    by_id = {dict(row)["id"]: row for row in rows}
+    for message_id, row in by_id.items():
+        assert row == ordered(await client.get(f"{url}/{message_id}")), message_id
+    thread = dict(ordered(await client.get(f"/v1/threads/{uid}",
+                                           params={"include": "messages"})))
+    live = [dict(row)["id"] for row in thread["messages"]]
+    assert live == ["plain", "parts", "calls", "result", "framework", "null-item", "summary"]
+    assert thread["messages"] == [by_id[i] for i in live]
+    assert thread["messages_next_cursor"] is None

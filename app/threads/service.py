@@ -11,7 +11,14 @@ from app.core.errors import AlreadyExists, NotFound, Unprocessable
 from app.core.ids import new_id
 from app.core.limits import check_metadata
 from app.core.mergepatch import merge_patch
-from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
+from app.core.pagination import (
+    Page,
+    RenderedPage,
+    bad_cursor,
+    decode_cursor,
+    split_page,
+    split_rendered,
+)
 from app.core.revisions import Preconditions, check_preconditions
 from app.core.schemas import parse_timestamp
 from app.core.settings import Settings
@@ -22,10 +29,10 @@ from app.messages.repository import MessageRepository
 from app.messages.schemas import (
     MESSAGE_CURSOR,
     MessageIn,
-    MessageOut,
     check_batch,
     messages_path,
     page_key,
+    render_message,
 )
 from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
@@ -37,7 +44,6 @@ from app.threads.schemas import (
     ThreadPatch,
     ThreadReplace,
     ThreadRevisionOut,
-    ThreadWithMessages,
 )
 
 CURSOR = "threads"
@@ -74,16 +80,16 @@ class ThreadService:
     async def get(self, thread_id: str) -> ThreadOut:
         return ThreadOut.from_row(await self.threads.live(thread_id))
 
-    async def get_with_messages(self, thread_id: str, limit: int) -> ThreadWithMessages:
+    async def get_with_messages(self, thread_id: str,
+                                limit: int) -> tuple[ThreadOut, RenderedPage]:
         """The thread and the first page of its live view, read in one transaction."""
         row = await self.threads.live(thread_id)
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
-            agent_name=None, limit=limit + 1)
-        page = split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
-                          max_bytes=self.settings.max_page_bytes)
-        return ThreadWithMessages(**ThreadOut.from_row(row).model_dump(), messages=page.data,
-                                  messages_next_cursor=page.next_cursor)
+            agent_name=None, limit=limit + 1, as_stored=True)
+        return ThreadOut.from_row(row), split_rendered(
+            MESSAGE_CURSOR, rows, limit, page_key, render_message,
+            max_bytes=self.settings.max_page_bytes)
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
