@@ -282,6 +282,13 @@ class _Api:
     iter_messages = paginated(list_messages)
 
     @operation
+    def _get_body(self, path: str, params: Mapping[str, Any]) -> Op[bytes]:
+        """A GET's body as sent, for the adapters that parse it straight into their
+        framework's models (one pass, no intermediate dicts)."""
+        response = yield from self._core.call(Request("GET", path, params=dict(params)))
+        return response.content
+
+    @operation
     def remove_messages(self, thread_id: str, *, ids: Sequence[str] | None = None,
                         last: int | None = None, after_seq: int | None = None,
                         before_seq: int | None = None,

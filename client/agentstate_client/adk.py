@@ -32,8 +32,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
+from agentstate_client._api import _thread_path
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -82,6 +86,28 @@ def app_thread(app_name: str) -> str:
 
 def user_thread(app_name: str, user_id: str) -> str:
     return join_ids("adk-user", app_name, user_id)
+
+
+class _Stored(BaseModel):
+    """A message as this service reads it back: its item, an ADK event."""
+
+    item: Event
+
+
+class _StoredSession(BaseModel):
+    """`GET /v1/threads/{id}?include=messages`, the members a session is built from."""
+
+    revision: int
+    state: dict[str, Any]
+    metadata: dict[str, Any]
+    created_at: datetime
+    messages: list[_Stored]
+    messages_next_cursor: str | None = None
+
+
+class _EventPage(BaseModel):
+    data: list[_Stored]
+    next_cursor: str | None = None
 
 
 def wrap(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,7 +190,7 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- sessions ------------------------------------------------------------------------
 
-    def _session(self, thread: Thread, events: list[Event]) -> Session:
+    def _session(self, thread: Thread | _StoredSession, events: list[Event]) -> Session:
         meta = thread.metadata
         session = Session(app_name=meta["app_name"], user_id=meta["user_id"],
                           id=meta["session_id"], state=unwrap(thread.state), events=events,
@@ -208,15 +234,18 @@ class AgentStateSessionService(BaseSessionService):
                                 self._scoped(user_thread(app_name, user_id)))
         try:
             if recent is None and after is None:
-                thread = await self.client.get_thread(thread_id, include_messages=True,
-                                                      messages_limit=PAGE)
-                messages = list(thread.messages or [])
-                cursor = thread.messages_next_cursor
+                # Each body is parsed straight into ADK's events (pydantic, one pass).
+                path = _thread_path(thread_id)
+                stored = _StoredSession.model_validate_json(await self.client._get_body(
+                    path, {"include": "messages", "messages_limit": PAGE}))
+                events = [message.item for message in stored.messages]
+                cursor = stored.messages_next_cursor
                 while cursor is not None:
-                    page = await self.client.list_messages(thread_id, limit=PAGE, cursor=cursor)
-                    messages.extend(page.data)
+                    page = _EventPage.model_validate_json(await self.client._get_body(
+                        f"{path}/messages", {"limit": PAGE, "cursor": cursor}))
+                    events.extend(message.item for message in page.data)
                     cursor = page.next_cursor
-                events = [Event.model_validate(m.item) for m in messages]
+                thread = stored
             else:
                 thread = await self.client.get_thread(thread_id)
                 events = await self._recent(thread_id, recent, after)
