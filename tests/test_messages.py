@@ -286,6 +286,46 @@ async def test_put_with_append_messages_is_one_revision(app, client: httpx.Async
     assert (final["revision"], final["state"], final["message_count"]) == (3, {"step": 3}, 3)
 
 
+async def test_patch_with_append_messages_is_one_revision(app, client: httpx.AsyncClient,
+                                                          uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    assert (await client.put(url, headers={"If-None-Match": "*"},
+                             json={"state": {"step": 1, "keep": True}})).status_code == 201
+    patched = await client.patch(url, headers={"If-Match": '"1"'}, json={
+        "state": {"step": 2}, "metadata": {"at": 5},
+        "append_messages": [msg(1, id="e-1"), msg(2)]})
+    assert patched.status_code == 200 and patched.headers["etag"] == '"2"', patched.text
+    body = patched.json()
+    assert (body["state"], body["metadata"], body["message_count"]) == (
+        {"step": 2, "keep": True}, {"at": 5}, 2)
+    only = await client.patch(url, headers={"If-Match": '"2"'},
+                              json={"append_messages": [msg(3)]})
+    assert only.headers["etag"] == '"3"' and only.json()["state"] == body["state"]
+    messages = (await client.get(f"{url}/messages")).json()["data"]
+    assert [(m["seq"], m["id"] == "e-1", m["content"]) for m in messages] == [
+        (1, True, "message 1"), (2, False, "message 2"), (3, False, "message 3")]
+    assert await events_of(app, uid) == [
+        ("thread.created", 1, url),
+        ("thread.updated", 2, url), ("message.appended", 2, f"{url}/messages"),
+        ("thread.updated", 3, url), ("message.appended", 3, f"{url}/messages"),
+    ]
+
+    # Refused (a taken id, a stale revision, a bad message): neither state nor messages.
+    taken = await client.patch(url, headers={"If-Match": '"3"'}, json={
+        "state": {"step": 9}, "append_messages": [msg(4, id="e-1")]})
+    assert taken.status_code == 409 and taken.json()["code"] == "message_exists"
+    stale = await client.patch(url, headers={"If-Match": '"2"'}, json={
+        "state": {"step": 9}, "append_messages": [msg(4)]})
+    assert stale.status_code == 412
+    bad = await client.patch(url, headers={"If-Match": '"3"'}, json={
+        "state": {"step": 9}, "append_messages": [{"role": "user", "bogus": 1}]})
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
+    final = (await client.get(url)).json()
+    assert (final["revision"], final["state"]["step"], final["message_count"]) == (3, 2, 3)
+    assert len(await events_of(app, uid)) == 5
+
+
 async def test_get_thread_include_messages(client: httpx.AsyncClient, uid: str) -> None:
     url = f"/v1/threads/{uid}"
     await client.post(f"{url}/messages", json={"messages": [msg(i) for i in range(5)]})

@@ -53,6 +53,9 @@ class ThreadPatch(Strict):
     metadata: JsonObject | None = None
     history_limit: HistoryLimit | None = None
     ttl_seconds: TtlSeconds | None = None
+    append_messages: list[MessageIn] | None = Field(
+        None, description="Not a member of the thread: messages appended in the same "
+        "transaction and under the same revision, as with PUT.")
 
 
 class ThreadOut(RowModel):

@@ -150,7 +150,7 @@ class ThreadService:
         return await self._update(thread_id, body, pre, count), False
 
     async def _append(self, row: AnyRow, messages: list[MessageIn]) -> None:
-        """Store the messages of a PUT in the revision `row` was just given."""
+        """Store the messages of a PUT or PATCH in the revision `row` was just given."""
         if not messages:
             return
         repo = MessageRepository(self.uow.connection, self.uow.tenant_id)
@@ -160,6 +160,8 @@ class ThreadService:
                         revision=row.revision, thread_id=row.thread_id)
 
     async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions) -> ThreadOut:
+        appended = body.append_messages or []
+        check_batch(appended, self.settings, "/append_messages")
         row = await self.threads.locked(thread_id, pre, "PATCH")
         values: dict[str, Any] = {}
         # A member set to null is removed (RFC 7396); for these two that means "empty".
@@ -173,7 +175,9 @@ class ThreadService:
         for name in ("history_limit", "ttl_seconds"):
             if name in body.model_fields_set:
                 values[name] = getattr(body, name)
-        return ThreadOut.from_row(await self.threads.change(row, values))
+        row = await self.threads.change(row, values, seqs=len(appended))
+        await self._append(row, appended)
+        return ThreadOut.from_row(row)
 
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)

@@ -196,12 +196,16 @@ class _Api:
     @operation
     def patch_thread(self, thread_id: str, *, state: JsonObject | None = None,
                      metadata: JsonObject | None = None,
+                     append_messages: Sequence[Mapping[str, Any]] | None = None,
                      if_match: ETagValue | None = None) -> Op[Thread]:
         """Merge-patch (RFC 7396) a thread's `state` and/or `metadata`: members set to
-        `None` are removed, objects merge. Precondition rules as `put_thread`."""
+        `None` are removed, objects merge. `append_messages` are appended in the same
+        transaction and revision. Precondition rules as `put_thread`."""
+        body = drop_none(state=state, metadata=metadata,
+                         append_messages=list(append_messages) if append_messages else None)
         return Thread.from_json((yield from self._core.json(Request(
-            "PATCH", _thread_path(thread_id), json=drop_none(state=state, metadata=metadata),
-            headers=_conditions(if_match), content_type=MERGE_PATCH))))
+            "PATCH", _thread_path(thread_id), json=body, headers=_conditions(if_match),
+            content_type=MERGE_PATCH))))
 
     @operation
     def delete_thread(self, thread_id: str, *, if_match: ETagValue | None = None) -> Op[None]:
