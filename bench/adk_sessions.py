@@ -2,13 +2,15 @@
 `AgentStateSessionService` over HTTP, on the same Postgres server, one 400-turn session
 each (two events a turn: the user's message, the model's answer with a state delta).
 
-    .venv/bin/python -m bench.adk_sessions [--turns 400] [--reads 5]
+    .venv/bin/python -m bench.adk_sessions [--turns 400] [--reads 9]
 
 Reports the median (and p90) `append_event` latency over turns 1-10 and over the last ten
 turns, per event and per turn (two events), and the median time of a `get_session` of the
 whole session (all 2 x turns events), after a 5-turn warm-up session on each service. One
-request at a time: latency, not load. ADK gets a
-database of its own on the same server (its tables would collide with agentstate's `events`).
+request at a time: latency, not load. The two services run interleaved, turn by turn and
+read by read, each going first in turn, so the machine's load falls on both alike. ADK gets
+a database of its own on the same server (its tables would collide with agentstate's
+`events`).
 """
 
 from __future__ import annotations
@@ -39,74 +41,87 @@ def events(turn: int) -> list[Any]:
     return [question, answer]
 
 
-async def conversation(service: Any, turns: int, reads: int) -> dict[str, Any]:
-    # A short session first, on both services alike, so turns 1-10 measure a new session
-    # and not the first requests of a process (connections, statement caches).
+class Timings:
+    """One service's append and read times, collected turn by turn."""
+
+    def __init__(self) -> None:
+        self.per_event: list[list[float]] = []
+        self.loads: list[float] = []
+
+    def summary(self, turns: int) -> dict[str, Any]:
+        def window(rows: list[list[float]]) -> dict[str, float]:
+            flat = sorted(t for row in rows for t in row)
+            turn_times = sorted(sum(row) for row in rows)
+            return {"event_ms": round(median(flat) * 1000, 2),
+                    "event_p90_ms": round(percentile(flat, 90) * 1000, 2),
+                    "turn_ms": round(median(turn_times) * 1000, 2)}
+
+        return {"early": window(self.per_event[:EARLY]),
+                "late": window(self.per_event[-EARLY:]),
+                "get_session_ms": round(median(self.loads) * 1000, 2), "events": 2 * turns}
+
+
+async def warm_up(service: Any) -> Any:
+    """A short session first, on both services alike, so turns 1-10 measure a new session
+    and not the first requests of a process (connections, statement caches)."""
     warm = await service.create_session(app_name="bench", user_id="u0")
     for turn in range(1, 6):
         for event in events(turn):
             await service.append_event(warm, event)
     await service.get_session(app_name="bench", user_id="u0", session_id=warm.id)
-    session = await service.create_session(app_name="bench", user_id="u1",
-                                           state={"app:model": "fake", "topic": "prices"})
-    per_event: list[list[float]] = []
-    for turn in range(1, turns + 1):
-        row = []
-        for event in events(turn):
-            start = time.perf_counter()
-            await service.append_event(session, event)
-            row.append(time.perf_counter() - start)
-        per_event.append(row)
-    loads = []
-    for _ in range(reads):
+    return await service.create_session(app_name="bench", user_id="u1",
+                                        state={"app:model": "fake", "topic": "prices"})
+
+
+async def append_turn(service: Any, session: Any, turn: int, timings: Timings) -> None:
+    row = []
+    for event in events(turn):
         start = time.perf_counter()
-        loaded = await service.get_session(app_name="bench", user_id="u1",
-                                           session_id=session.id)
-        loads.append(time.perf_counter() - start)
-        assert loaded is not None and len(loaded.events) == 2 * turns
-        assert loaded.state["turn"] == turns and loaded.state["user:last_turn"] == turns
-
-    def window(rows: list[list[float]]) -> dict[str, float]:
-        flat = sorted(t for row in rows for t in row)
-        turn_times = sorted(sum(row) for row in rows)
-        return {"event_ms": round(median(flat) * 1000, 2),
-                "event_p90_ms": round(percentile(flat, 90) * 1000, 2),
-                "turn_ms": round(median(turn_times) * 1000, 2)}
-
-    return {"early": window(per_event[:EARLY]), "late": window(per_event[-EARLY:]),
-            "get_session_ms": round(median(loads) * 1000, 2), "events": 2 * turns}
+        await service.append_event(session, event)
+        row.append(time.perf_counter() - start)
+    timings.per_event.append(row)
 
 
-async def adk(url: str, turns: int, reads: int) -> dict[str, Any]:
+async def load(service: Any, session: Any, turns: int, timings: Timings) -> None:
+    start = time.perf_counter()
+    loaded = await service.get_session(app_name="bench", user_id="u1", session_id=session.id)
+    timings.loads.append(time.perf_counter() - start)
+    assert loaded is not None and len(loaded.events) == 2 * turns
+    assert loaded.state["turn"] == turns and loaded.state["user:last_turn"] == turns
+
+
+async def race(adk_url: str, base_url: str, turns: int, reads: int) -> dict[str, Any]:
+    """Both services in one loop, turn by turn, taking turns at going first, so a burst of
+    load on this shared machine falls on both alike."""
+    from agentstate_client.adk import AgentStateSessionService
     from google.adk.sessions.database_session_service import DatabaseSessionService
 
-    service = DatabaseSessionService(db_url=url)
+    services = {"adk_database_session_service": DatabaseSessionService(db_url=adk_url),
+                "agentstate_over_http": AgentStateSessionService(base_url=base_url)}
+    timings = {name: Timings() for name in services}
     try:
-        return await conversation(service, turns, reads)
+        sessions = {name: await warm_up(service) for name, service in services.items()}
+        order = list(services)
+        for turn in range(1, turns + 1):
+            for name in order:
+                await append_turn(services[name], sessions[name], turn, timings[name])
+            order.reverse()
+        for _ in range(reads):
+            for name in order:
+                await load(services[name], sessions[name], turns, timings[name])
+            order.reverse()
     finally:
-        await service.close()
-
-
-async def agentstate(base_url: str, turns: int, reads: int) -> dict[str, Any]:
-    from agentstate_client.adk import AgentStateSessionService
-
-    service = AgentStateSessionService(base_url=base_url)
-    try:
-        return await conversation(service, turns, reads)
-    finally:
-        await service.close()
+        for service in services.values():
+            await service.close()
+    return {name: timing.summary(turns) for name, timing in timings.items()}
 
 
 def run(turns: int, reads: int) -> dict[str, Any]:
     ours_db, adk_db = create_postgres_database(), create_postgres_database()
     try:
         migrate(ours_db)
-        results = {"turns": turns,
-                   "adk_database_session_service": asyncio.run(adk(adk_db, turns, reads))}
         with agentstate_server(ours_db, workers=1) as server:
-            results["agentstate_over_http"] = asyncio.run(
-                agentstate(server.base_url, turns, reads))
-        return results
+            return {"turns": turns, **asyncio.run(race(adk_db, server.base_url, turns, reads))}
     finally:
         drop_postgres_database(ours_db)
         drop_postgres_database(adk_db)
@@ -129,7 +144,7 @@ def table(results: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=400)
-    parser.add_argument("--reads", type=int, default=5)
+    parser.add_argument("--reads", type=int, default=9)
     args = parser.parse_args()
     results = run(args.turns, args.reads)
     print(json.dumps(results, indent=2))

@@ -286,6 +286,46 @@ async def test_put_with_append_messages_is_one_revision(app, client: httpx.Async
     assert (final["revision"], final["state"], final["message_count"]) == (3, {"step": 3}, 3)
 
 
+async def test_patch_with_append_messages_is_one_revision(app, client: httpx.AsyncClient,
+                                                          uid: str) -> None:
+    url = f"/v1/threads/{uid}"
+    assert (await client.put(url, headers={"If-None-Match": "*"},
+                             json={"state": {"step": 1, "keep": True}})).status_code == 201
+    patched = await client.patch(url, headers={"If-Match": '"1"'}, json={
+        "state": {"step": 2}, "metadata": {"at": 5},
+        "append_messages": [msg(1, id="e-1"), msg(2)]})
+    assert patched.status_code == 200 and patched.headers["etag"] == '"2"', patched.text
+    body = patched.json()
+    assert (body["state"], body["metadata"], body["message_count"]) == (
+        {"step": 2, "keep": True}, {"at": 5}, 2)
+    only = await client.patch(url, headers={"If-Match": '"2"'},
+                              json={"append_messages": [msg(3)]})
+    assert only.headers["etag"] == '"3"' and only.json()["state"] == body["state"]
+    messages = (await client.get(f"{url}/messages")).json()["data"]
+    assert [(m["seq"], m["id"] == "e-1", m["content"]) for m in messages] == [
+        (1, True, "message 1"), (2, False, "message 2"), (3, False, "message 3")]
+    assert await events_of(app, uid) == [
+        ("thread.created", 1, url),
+        ("thread.updated", 2, url), ("message.appended", 2, f"{url}/messages"),
+        ("thread.updated", 3, url), ("message.appended", 3, f"{url}/messages"),
+    ]
+
+    # Refused (a taken id, a stale revision, a bad message): neither state nor messages.
+    taken = await client.patch(url, headers={"If-Match": '"3"'}, json={
+        "state": {"step": 9}, "append_messages": [msg(4, id="e-1")]})
+    assert taken.status_code == 409 and taken.json()["code"] == "message_exists"
+    stale = await client.patch(url, headers={"If-Match": '"2"'}, json={
+        "state": {"step": 9}, "append_messages": [msg(4)]})
+    assert stale.status_code == 412
+    bad = await client.patch(url, headers={"If-Match": '"3"'}, json={
+        "state": {"step": 9}, "append_messages": [{"role": "user", "bogus": 1}]})
+    assert bad.status_code == 422
+    assert bad.json()["errors"][0]["pointer"] == "/append_messages/0/bogus"
+    final = (await client.get(url)).json()
+    assert (final["revision"], final["state"]["step"], final["message_count"]) == (3, 2, 3)
+    assert len(await events_of(app, uid)) == 5
+
+
 async def test_get_thread_include_messages(client: httpx.AsyncClient, uid: str) -> None:
     url = f"/v1/threads/{uid}"
     await client.post(f"{url}/messages", json={"messages": [msg(i) for i in range(5)]})
@@ -399,3 +439,49 @@ async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> No
         assert (await clients[0].get(url)).json()["data"] == [], "no orphans survived"
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_pages_render_every_message_as_the_single_read_does(client: httpx.AsyncClient,
+                                                                 uid: str) -> None:
+    """Pages (the list and `?include=messages`) are rendered from the stored JSON text
+    without a model per message; each message must read exactly as `GET .../{id}` (the
+    model) renders it: the same members, values and key order, for every kind of message."""
+    url = f"/v1/threads/{uid}/messages"
+    odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
+    sent = [
+        {"id": "plain", "role": "user", "content": "hello"},
+        {"id": "parts", "role": "user", "name": odd, "metadata": {"z": 1, "a": [1.5, None]},
+         "content": [{"type": "text", "text": odd, "z": {"b": 1, "a": None}}]},
+        {"id": "calls", "role": "assistant", "content": None, "agent_name": "planner",
+         "tool_calls": [{"id": "c1", "type": "function",
+                         "function": {"name": "f", "arguments": "{}"}}]},
+        {"id": "result", "role": "tool", "content": "42", "tool_call_id": odd},
+        {"id": "framework", "role": "model", "content": None,
+         "item": {"type": "function_call", "z": [], "a": {"nested": [1, 2.0, "x"]}}},
+        {"id": "null-item", "role": "quote \" back \\ ✓", "content": "", "item": None},
+        {"id": "gone", "role": "user", "content": "to be compacted"},
+        {"id": "gone-2", "role": "user", "content": "also compacted"},
+    ]
+    assert (await client.post(url, json={"messages": sent})).status_code == 201
+    compacted = await client.post(f"/v1/threads/{uid}/compactions", json={
+        "source_message_ids": ["gone", "gone-2"],
+        "summary": {"id": "summary", "role": "system", "content": "earlier: two messages"}})
+    assert compacted.status_code == 201, compacted.text
+    redacted = await client.patch(f"{url}/parts", json={"content": None, "item": {"r": 1}})
+    assert redacted.status_code == 200, redacted.text
+
+    def ordered(response: httpx.Response) -> object:
+        return json.loads(response.text, object_pairs_hook=list)
+
+    listed = ordered(await client.get(url, params={"view": "full", "limit": 100}))
+    rows = dict(listed)["data"]
+    assert len(rows) == 9
+    by_id = {dict(row)["id"]: row for row in rows}
+    for message_id, row in by_id.items():
+        assert row == ordered(await client.get(f"{url}/{message_id}")), message_id
+    thread = dict(ordered(await client.get(f"/v1/threads/{uid}",
+                                           params={"include": "messages"})))
+    live = [dict(row)["id"] for row in thread["messages"]]
+    assert live == ["plain", "parts", "calls", "result", "framework", "null-item", "summary"]
+    assert thread["messages"] == [by_id[i] for i in live]
+    assert thread["messages_next_cursor"] is None

@@ -61,6 +61,10 @@ def test_an_open_server_answers_only_loopback_host_names(tmp_path: Path) -> None
             answer = httpx.get(f"{server.base_url}/v1/threads", headers={"Host": host},
                                timeout=10)
             assert answer.status_code == status, (host, answer.text)
+            if status == 400:
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["code"] == "host_not_allowed"
+                assert "AGENTSTATE_ALLOWED_HOSTS" in answer.json()["detail"]
     with ServerProcess(url, env={"AGENTSTATE_ALLOWED_HOSTS": "state.internal"}) as server:
         for host, status in (("state.internal", 200), ("rebound.example", 400),
                              ("localhost", 200)):

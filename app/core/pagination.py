@@ -90,5 +90,43 @@ def split_page(kind: str, rows: Sequence[R], limit: int, key: Callable[[R], Sequ
                 has_more=more)
 
 
+class RenderedPage:
+    """A page whose items are already JSON text (a hot list renders its rows without a model
+    per row); `json()` is the same envelope `Page` serialises to."""
+
+    def __init__(self, items: list[str], next_cursor: str | None) -> None:
+        self.items = items
+        self.next_cursor = next_cursor
+
+    @property
+    def has_more(self) -> bool:
+        return self.next_cursor is not None
+
+    def data_json(self) -> str:
+        return "[" + ",".join(self.items) + "]"
+
+    def json(self) -> str:
+        cursor = "null" if self.next_cursor is None else json.dumps(self.next_cursor)
+        more = "true" if self.has_more else "false"
+        return f'{{"data":{self.data_json()},"next_cursor":{cursor},"has_more":{more}}}'
+
+
+def split_rendered(kind: str, rows: Sequence[R], limit: int,
+                   key: Callable[[R], Sequence[Any]], render: Callable[[R], str], *,
+                   max_bytes: int) -> RenderedPage:
+    """`split_page` for rows rendered to JSON text by `render(row)`: the byte budget counts
+    the rendered text itself."""
+    items: list[str] = []
+    total = 0
+    for row in rows[:limit]:
+        item = render(row)
+        total += len(item)
+        if total > max_bytes and items:
+            break
+        items.append(item)
+    more = len(rows) > len(items)
+    return RenderedPage(items, encode_cursor(kind, key(rows[len(items) - 1])) if more else None)
+
+
 def _row_bytes(row: Any) -> int:
     return len(str(tuple(row) if isinstance(row, Sequence) else row))

@@ -42,14 +42,14 @@ class RowModel(BaseModel):
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 
 
-def _utc_text(value: datetime) -> str:
+def utc_text(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # RFC 3339, UTC, always microseconds: the same text on every backend.
 Timestamp = Annotated[
     datetime,
-    PlainSerializer(_utc_text, return_type=str, when_used="json"),
+    PlainSerializer(utc_text, return_type=str, when_used="json"),
 ]
 
 JsonObject = dict[str, Any]

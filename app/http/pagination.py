@@ -6,7 +6,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Query, Request, Response
 
-from app.core.pagination import Page
+from app.core.pagination import Page, RenderedPage
 
 T = TypeVar("T")
 
@@ -18,6 +18,13 @@ def linked(request: Request, response: Response, page: Page[T]) -> Page[T]:
     """The page, with `Link: <...>; rel="next"` when there is a next page."""
     set_next_link(request, response, page.next_cursor if page.has_more else None)
     return page
+
+
+def linked_json(request: Request, page: RenderedPage) -> Response:
+    """A page rendered ahead (`RenderedPage`) as the response, with `Link` like `linked`."""
+    response = Response(page.json(), media_type="application/json")
+    set_next_link(request, response, page.next_cursor)
+    return response
 
 
 def set_next_link(request: Request, response: Response, next_cursor: Any) -> None:

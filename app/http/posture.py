@@ -2,7 +2,8 @@
 
 - DNS rebinding: a server that may run open (no keys required) answers only loopback `Host`
   names, so a web page whose domain is made to resolve to 127.0.0.1 cannot read it through
-  the visitor's browser. Starlette's TrustedHostMiddleware does the matching;
+  the visitor's browser. Starlette's TrustedHostMiddleware does the matching (a refusal is
+  answered 400 `host_not_allowed` as problem+json, like every error);
   AGENTSTATE_ALLOWED_HOSTS adds names (and then applies with keys too; `*` allows any).
 - Header fields larger than AGENTSTATE_MAX_HEADER_BYTES in all are answered 431. With
   `serve --http h11` a larger head that arrives in pieces is refused by the parser first.
@@ -10,10 +11,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.middleware.trustedhost import TrustedHostMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.settings import Settings
 
@@ -22,11 +24,52 @@ LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
 
 def install_posture(app: Any, settings: Settings) -> None:
     if settings.allowed_hosts:
-        app.add_middleware(TrustedHostMiddleware,
-                           allowed_hosts=[*LOOPBACK_HOSTS, *settings.allowed_hosts])
+        app.add_middleware(TrustedHosts, allowed_hosts=[*LOOPBACK_HOSTS, *settings.allowed_hosts])
     elif not settings.require_api_keys:
-        app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)
+        app.add_middleware(TrustedHosts, allowed_hosts=LOOPBACK_HOSTS)
     app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
+
+
+async def _refuse(send: Send, status: int, code: str, title: str, detail: str) -> None:
+    """A problem+json answer from in front of the application, closing the connection."""
+    body = json.dumps({"type": f"urn:agentstate:problem:{code}", "title": title,
+                       "status": status, "code": code, "detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", b"application/problem+json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class TrustedHosts:
+    """Starlette's TrustedHostMiddleware decides which `Host` names pass; its refusal (plain
+    text) is replaced by a problem."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+        self.app = app
+        self.matcher = TrustedHostMiddleware(self._passed, allowed_hosts=allowed_hosts,
+                                             www_redirect=False)
+
+    @staticmethod
+    async def _passed(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["agentstate.host_passed"] = True
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        probe = dict(scope)
+
+        async def discard(message: Message) -> None:
+            pass
+
+        await self.matcher(probe, receive, discard)
+        if probe.get("agentstate.host_passed"):
+            await self.app(scope, receive, send)
+        else:
+            await _refuse(send, 400, "host_not_allowed", "Bad Request",
+                          "The Host header names no host this server answers for; an "
+                          "operator can add it to AGENTSTATE_ALLOWED_HOSTS.")
 
 
 class HeaderLimit:
@@ -39,13 +82,7 @@ class HeaderLimit:
             # Header fields only: a long request target is the application's 414.
             size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
             if size > self.max_bytes:
-                body = (b'{"type":"urn:agentstate:problem:headers_too_large","title":"Request '
-                        b'Header Fields Too Large","status":431,"code":"headers_too_large",'
-                        b'"detail":"The request head is larger than this server accepts."}')
-                await send({"type": "http.response.start", "status": 431, "headers": [
-                    (b"content-type", b"application/problem+json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close")]})
-                await send({"type": "http.response.body", "body": body})
+                await _refuse(send, 431, "headers_too_large", "Request Header Fields Too Large",
+                              "The request head is larger than this server accepts.")
                 return
         await self.app(scope, receive, send)

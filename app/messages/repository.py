@@ -9,8 +9,11 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
+    Text,
     case,
+    cast,
     delete,
     func,
     insert,
@@ -26,7 +29,7 @@ from app.core.ids import new_id
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
 from app.messages.models import Message
-from app.messages.schemas import MessageIn
+from app.messages.schemas import RENDERED_COLUMNS, MessageIn
 from app.threads.models import Thread
 
 m = table(Message)
@@ -40,6 +43,9 @@ Key = tuple[int, int]  # (position, seq): the order of both views
 
 
 _POSITION_SEQ = tuple_(m.c.position, m.c.seq)
+# A page's columns with the JSON ones as their stored text, for `schemas.render_message`.
+_AS_STORED = [cast(m.c[name], Text).label(name) if isinstance(m.c[name].type, JSON)
+              else m.c[name] for name in RENDERED_COLUMNS]
 
 
 def _bound(key: Key) -> Any:
@@ -106,13 +112,16 @@ class MessageRepository:
 
     async def page(self, thread_pk: int, *, live: bool, descending: bool, lower: Key | None,
                    upper: Key | None, role: str | None, agent_name: str | None,
-                   limit: int, created_after: datetime | None = None) -> list[AnyRow]:
-        """One page of a view in (position, seq) order, strictly between two keys.
+                   limit: int, created_after: datetime | None = None,
+                   as_stored: bool = False) -> list[AnyRow]:
+        """One page of a view in (position, seq) order, strictly between two keys; with
+        `as_stored`, the JSON columns as the text they are stored as.
 
         Every bound is a (position, seq) row value, so both backends seek the index to it
         instead of stepping over the rows before it.
         """
-        stmt = select(m).where(self._thread(thread_pk))
+        stmt = select(*_AS_STORED) if as_stored else select(m)
+        stmt = stmt.where(self._thread(thread_pk))
         if live:
             stmt = stmt.where(m.c.status == LIVE)
         if lower is not None:

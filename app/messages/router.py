@@ -11,7 +11,7 @@ from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
 from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
-from app.http.pagination import Cursor, linked
+from app.http.pagination import Cursor, linked_json
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import ThreadIfMatch, with_etag
 from app.http.problems import responses
@@ -79,9 +79,10 @@ async def append_messages(
     return created(body, replayed, {"ETag": etag(body["thread_revision"])})
 
 
-@router.get("", responses=responses(404), summary="Page through a thread's messages")
+@router.get("", response_model=Page[MessageOut], responses=responses(404),
+            summary="Page through a thread's messages")
 async def list_messages(
-    thread_id: ThreadId, request: Request, response: Response, uow: Reader,
+    thread_id: ThreadId, request: Request, uow: Reader,
     settings: SettingsDep, limit: MessageLimit = 20, cursor: Cursor = None, order: Order = "asc",
     view: Annotated[View, Query(
         description="live: what the model sees (summaries stand in for compacted runs); "
@@ -95,13 +96,13 @@ async def list_messages(
     created_after: Annotated[AwareTimestamp | None, Query(
         description="Only messages stored after this RFC 3339 timestamp (with its offset).")
     ] = None,
-) -> Page[MessageOut]:
+) -> Response:
     page = await MessageService(uow, settings).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,
         before_seq=before_seq, role=role, agent_name=agent_name,
         created_after=created_after, limit=limit,
     )
-    return linked(request, response, page)
+    return linked_json(request, page)
 
 
 @router.get("/{message_id}", responses=responses(404), summary="Get one message")

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from app.core.errors import NotFound, RevisionMismatch, Unprocessable
 from app.core.limits import check_metadata
-from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
+from app.core.pagination import RenderedPage, bad_cursor, decode_cursor, split_rendered
 from app.core.revisions import Preconditions
 from app.core.settings import Settings
 from app.db.base import utcnow
@@ -38,6 +38,7 @@ from app.messages.schemas import (
     check_batch,
     messages_path,
     page_key,
+    render_message,
 )
 from app.threads.aggregate import ThreadAggregate
 
@@ -82,7 +83,7 @@ class MessageService:
                    cursor: str | None = None, after_seq: int | None = None,
                    before_seq: int | None = None, role: str | None = None,
                    agent_name: str | None = None, created_after: datetime | None = None,
-                   limit: int) -> Page[MessageOut]:
+                   limit: int) -> RenderedPage:
         thread_pk = await self.threads.live_pk(thread_id)
         after = decode_cursor(MESSAGE_CURSOR, cursor, 2)
         if after is not None and not all(
@@ -102,10 +103,10 @@ class MessageService:
         rows = await self.repo.page(
             thread_pk, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
-            created_after=created_after,
+            created_after=created_after, as_stored=True,
         )
-        return split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
-                          max_bytes=self.settings.max_page_bytes)
+        return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render_message,
+                              max_bytes=self.settings.max_page_bytes)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
         row = await self.repo.get(await self.threads.live_pk(thread_id), message_id)

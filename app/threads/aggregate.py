@@ -155,10 +155,12 @@ class ThreadAggregate:
             raise _missing(thread_id)
         return row
 
-    async def change(self, row: AnyRow, values: dict[str, Any]) -> AnyRow:
+    async def change(self, row: AnyRow, values: dict[str, Any], seqs: int = 0) -> AnyRow:
         """The next revision of a row this transaction holds locked (see `locked`), guarded
-        by the revision it was judged at; records `thread.updated`."""
-        updated = await self.repo.advance(row.thread_id, values=values, expected=[row.revision])
+        by the revision it was judged at, handing out `seqs` message seqs for messages
+        appended under it; records `thread.updated`."""
+        updated = await self.repo.advance(row.thread_id, values=values, expected=[row.revision],
+                                          seqs=seqs, live_delta=seqs)
         if updated is None:  # only if the lock was not held (cannot happen on either backend)
             await self.refuse(row.thread_id)
         self.record("updated", row.thread_id, updated.revision)

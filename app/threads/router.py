@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
+from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
 from app.http.dependencies import Reader, SettingsDep, Writer
 from app.http.pagination import Cursor, Limit, linked
@@ -21,6 +22,7 @@ from app.threads.schemas import (
     ThreadReplace,
     ThreadRevisionOut,
     ThreadWithMessages,
+    with_messages_json,
 )
 from app.threads.service import ThreadService
 
@@ -67,9 +69,15 @@ async def get_thread(
                                          "page size, 1-1000.")] = 100,
 ) -> ThreadOut | Response:
     service = ThreadService(uow, settings)
-    thread = (await service.get_with_messages(thread_id, messages_limit) if include == "messages"
-              else await service.get(thread_id))
-    return conditional(response, thread, thread.revision, validator)
+    if include != "messages":
+        thread = await service.get(thread_id)
+        return conditional(response, thread, thread.revision, validator)
+    thread, page = await service.get_with_messages(thread_id, messages_limit)
+    unchanged = conditional(response, thread, thread.revision, validator)
+    if isinstance(unchanged, Response):
+        return unchanged
+    return Response(with_messages_json(thread, page), media_type="application/json",
+                    headers={"ETag": etag(thread.revision)})
 
 
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},

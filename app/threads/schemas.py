@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
+from app.core.pagination import RenderedPage
 from app.core.schemas import INT64_MAX, JsonObject, Name, RowModel, Strict, Timestamp
 from app.messages.schemas import MessageIn, MessageOut
 
@@ -51,6 +53,9 @@ class ThreadPatch(Strict):
     metadata: JsonObject | None = None
     history_limit: HistoryLimit | None = None
     ttl_seconds: TtlSeconds | None = None
+    append_messages: list[MessageIn] | None = Field(
+        None, description="Not a member of the thread: messages appended in the same "
+        "transaction and under the same revision, as with PUT.")
 
 
 class ThreadOut(RowModel):
@@ -83,6 +88,13 @@ class ThreadWithMessages(ThreadOut):
     messages_next_cursor: str | None = Field(
         None, description="Pass as `cursor` to GET .../messages for the next page."
     )
+
+
+def with_messages_json(thread: ThreadOut, page: RenderedPage) -> str:
+    """`ThreadWithMessages` as JSON text, its messages rendered ahead (`render_message`)."""
+    cursor = "null" if page.next_cursor is None else json.dumps(page.next_cursor)
+    head = thread.model_dump_json(exclude_unset=True)
+    return f'{head[:-1]},"messages":{page.data_json()},"messages_next_cursor":{cursor}}}'
 
 
 class ThreadRevisionOut(RowModel):

@@ -11,7 +11,14 @@ from app.core.errors import AlreadyExists, NotFound, Unprocessable
 from app.core.ids import new_id
 from app.core.limits import check_metadata
 from app.core.mergepatch import merge_patch
-from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
+from app.core.pagination import (
+    Page,
+    RenderedPage,
+    bad_cursor,
+    decode_cursor,
+    split_page,
+    split_rendered,
+)
 from app.core.revisions import Preconditions, check_preconditions
 from app.core.schemas import parse_timestamp
 from app.core.settings import Settings
@@ -23,10 +30,10 @@ from app.messages.repository import MessageRepository
 from app.messages.schemas import (
     MESSAGE_CURSOR,
     MessageIn,
-    MessageOut,
     check_batch,
     messages_path,
     page_key,
+    render_message,
 )
 from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
@@ -38,7 +45,6 @@ from app.threads.schemas import (
     ThreadPatch,
     ThreadReplace,
     ThreadRevisionOut,
-    ThreadWithMessages,
 )
 
 CURSOR = "threads"
@@ -75,16 +81,16 @@ class ThreadService:
     async def get(self, thread_id: str) -> ThreadOut:
         return ThreadOut.from_row(await self.threads.live(thread_id))
 
-    async def get_with_messages(self, thread_id: str, limit: int) -> ThreadWithMessages:
+    async def get_with_messages(self, thread_id: str,
+                                limit: int) -> tuple[ThreadOut, RenderedPage]:
         """The thread and the first page of its live view, read in one transaction."""
         row = await self.threads.live(thread_id)
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
-            agent_name=None, limit=limit + 1)
-        page = split_page(MESSAGE_CURSOR, rows, limit, page_key, MessageOut.from_row,
-                          max_bytes=self.settings.max_page_bytes)
-        return ThreadWithMessages(**ThreadOut.from_row(row).model_dump(), messages=page.data,
-                                  messages_next_cursor=page.next_cursor)
+            agent_name=None, limit=limit + 1, as_stored=True)
+        return ThreadOut.from_row(row), split_rendered(
+            MESSAGE_CURSOR, rows, limit, page_key, render_message,
+            max_bytes=self.settings.max_page_bytes)
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
@@ -145,7 +151,7 @@ class ThreadService:
         return await self._update(thread_id, body, pre, count), False
 
     async def _append(self, row: AnyRow, messages: list[MessageIn]) -> None:
-        """Store the messages of a PUT in the revision `row` was just given."""
+        """Store the messages of a PUT or PATCH in the revision `row` was just given."""
         if not messages:
             return
         repo = MessageRepository(self.uow.connection, self.uow.tenant_id)
@@ -156,6 +162,8 @@ class ThreadService:
                         revision=row.revision, thread_id=row.thread_id)
 
     async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions) -> ThreadOut:
+        appended = body.append_messages or []
+        check_batch(appended, self.settings, "/append_messages")
         row = await self.threads.locked(thread_id, pre, "PATCH")
         values: dict[str, Any] = {}
         # A member set to null is removed (RFC 7396); for these two that means "empty".
@@ -169,7 +177,9 @@ class ThreadService:
         for name in ("history_limit", "ttl_seconds"):
             if name in body.model_fields_set:
                 values[name] = getattr(body, name)
-        return ThreadOut.from_row(await self.threads.change(row, values))
+        row = await self.threads.change(row, values, seqs=len(appended))
+        await self._append(row, appended)
+        return ThreadOut.from_row(row)
 
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)

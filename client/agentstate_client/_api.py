@@ -196,12 +196,16 @@ class _Api:
     @operation
     def patch_thread(self, thread_id: str, *, state: JsonObject | None = None,
                      metadata: JsonObject | None = None,
+                     append_messages: Sequence[Mapping[str, Any]] | None = None,
                      if_match: ETagValue | None = None) -> Op[Thread]:
         """Merge-patch (RFC 7396) a thread's `state` and/or `metadata`: members set to
-        `None` are removed, objects merge. Precondition rules as `put_thread`."""
+        `None` are removed, objects merge. `append_messages` are appended in the same
+        transaction and revision. Precondition rules as `put_thread`."""
+        body = drop_none(state=state, metadata=metadata,
+                         append_messages=list(append_messages) if append_messages else None)
         return Thread.from_json((yield from self._core.json(Request(
-            "PATCH", _thread_path(thread_id), json=drop_none(state=state, metadata=metadata),
-            headers=_conditions(if_match), content_type=MERGE_PATCH))))
+            "PATCH", _thread_path(thread_id), json=body, headers=_conditions(if_match),
+            content_type=MERGE_PATCH))))
 
     @operation
     def delete_thread(self, thread_id: str, *, if_match: ETagValue | None = None) -> Op[None]:
@@ -280,6 +284,13 @@ class _Api:
             "GET", f"{_thread_path(thread_id)}/messages", params=params))))
 
     iter_messages = paginated(list_messages)
+
+    @operation
+    def _get_body(self, path: str, params: Mapping[str, Any]) -> Op[bytes]:
+        """A GET's body as sent, for the adapters that parse it straight into their
+        framework's models (one pass, no intermediate dicts)."""
+        response = yield from self._core.call(Request("GET", path, params=dict(params)))
+        return response.content
 
     @operation
     def remove_messages(self, thread_id: str, *, ids: Sequence[str] | None = None,

@@ -18,10 +18,10 @@ How ADK's data is kept (ids through `agentstate_client.ids.join_ids`, like every
   a value whole and stores `None` as `[null]`, which is ADK's `dict.update` exactly, so a
   state delta is applied in the database without reading the state first.
 
-Every write is one `POST /v1/batch`, all or nothing: `append_event` appends the event
-conditionally on the session's revision (`If-Match`), patches the session's state and
-`last_update_time`, and the app's and user's state, in that order (every batch takes its threads in the same
-order, so concurrent ones cannot deadlock). The revision travels in the session object
+Every write is one `POST /v1/batch`, all or nothing: `append_event` patches the session's
+thread conditionally on its revision (`If-Match`) with the event appended, its state delta
+and `last_update_time`, all one revision, then the app's and user's state, in that order
+(every batch takes its threads in the same order, so concurrent ones cannot deadlock). The revision travels in the session object
 (`Session._storage_update_marker`, where ADK's database service keeps its own), so a write
 from a session object that another writer has overtaken raises ADK's `StaleSessionError`
 and writes nothing.
@@ -32,8 +32,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
+from agentstate_client._api import _thread_path
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -82,6 +86,28 @@ def app_thread(app_name: str) -> str:
 
 def user_thread(app_name: str, user_id: str) -> str:
     return join_ids("adk-user", app_name, user_id)
+
+
+class _Stored(BaseModel):
+    """A message as this service reads it back: its item, an ADK event."""
+
+    item: Event
+
+
+class _StoredSession(BaseModel):
+    """`GET /v1/threads/{id}?include=messages`, the members a session is built from."""
+
+    revision: int
+    state: dict[str, Any]
+    metadata: dict[str, Any]
+    created_at: datetime
+    messages: list[_Stored]
+    messages_next_cursor: str | None = None
+
+
+class _EventPage(BaseModel):
+    data: list[_Stored]
+    next_cursor: str | None = None
 
 
 def wrap(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,7 +190,7 @@ class AgentStateSessionService(BaseSessionService):
 
     # --- sessions ------------------------------------------------------------------------
 
-    def _session(self, thread: Thread, events: list[Event]) -> Session:
+    def _session(self, thread: Thread | _StoredSession, events: list[Event]) -> Session:
         meta = thread.metadata
         session = Session(app_name=meta["app_name"], user_id=meta["user_id"],
                           id=meta["session_id"], state=unwrap(thread.state), events=events,
@@ -206,17 +232,21 @@ class AgentStateSessionService(BaseSessionService):
         # small reads).
         scopes = asyncio.gather(self._scoped(app_thread(app_name)),
                                 self._scoped(user_thread(app_name, user_id)))
+        thread: Thread | _StoredSession
         try:
             if recent is None and after is None:
-                thread = await self.client.get_thread(thread_id, include_messages=True,
-                                                      messages_limit=PAGE)
-                messages = list(thread.messages or [])
-                cursor = thread.messages_next_cursor
+                # Each body is parsed straight into ADK's events (pydantic, one pass).
+                path = _thread_path(thread_id)
+                stored = _StoredSession.model_validate_json(await self.client._get_body(
+                    path, {"include": "messages", "messages_limit": PAGE}))
+                events = [message.item for message in stored.messages]
+                cursor = stored.messages_next_cursor
                 while cursor is not None:
-                    page = await self.client.list_messages(thread_id, limit=PAGE, cursor=cursor)
-                    messages.extend(page.data)
+                    page = _EventPage.model_validate_json(await self.client._get_body(
+                        f"{path}/messages", {"limit": PAGE, "cursor": cursor}))
+                    events.extend(message.item for message in page.data)
                     cursor = page.next_cursor
-                events = [Event.model_validate(m.item) for m in messages]
+                thread = stored
             else:
                 thread = await self.client.get_thread(thread_id)
                 events = await self._recent(thread_id, recent, after)
@@ -294,18 +324,15 @@ class AgentStateSessionService(BaseSessionService):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from None
         revision = int(marker)
         item = event.model_dump(mode="json", exclude_none=True)
-        ops = [
-            {"op": "messages.append", "thread_id": thread_id, "if_match": f'"{revision}"',
-             "body": {"messages": [{"id": encode_id(event.id), "role": self._role(event),
-                                    "content": None, "item": item}]}},
-        ]
-        # The event's time is the session's `last_update_time`, as in ADK's services.
-        ops.append({"op": "thread.patch", "thread_id": thread_id,
-                    "if_match": f'"{revision + 1}"',
-                    "body": {"state": wrap(deltas["session"]),
-                             "metadata": {"last_update_time": event.timestamp}}})
-        session_ops = len(ops)
-        ops += self._scope_ops(session.app_name, session.user_id, deltas)
+        # The event, the session's state delta and its `last_update_time` (the event's time,
+        # as in ADK's services) are one revision of the session's thread.
+        ops = [{"op": "thread.patch", "thread_id": thread_id, "if_match": f'"{revision}"',
+                "body": {"state": wrap(deltas["session"]),
+                         "metadata": {"last_update_time": event.timestamp},
+                         "append_messages": [{"id": encode_id(event.id),
+                                              "role": self._role(event), "content": None,
+                                              "item": item}]}},
+               *self._scope_ops(session.app_name, session.user_id, deltas)]
         try:
             results = await self._send(ops, thread_id, encode_id(event.id))
         except MessageExists:
@@ -314,17 +341,18 @@ class AgentStateSessionService(BaseSessionService):
             thread = await self.client.get_thread(thread_id)
             session._storage_update_marker = str(thread.revision)
             return event
-        except (PreconditionFailed, ThreadDeleted) as exc:
+        except (PreconditionFailed, ThreadDeleted, NotFound) as exc:
             current = getattr(exc, "current_revision", None)
             operation = exc.problem.get("operation") if hasattr(exc, "problem") else None
-            if isinstance(exc, ThreadDeleted) or (operation == 0 and current is None):
+            if operation == 0 and (isinstance(exc, ThreadDeleted | NotFound) or current is None):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from None
             if operation == 0:
                 raise StaleSessionError(
                     "The session has been modified in storage since it was loaded; reload "
                     "it with get_session and apply the change again.") from None
-            raise
-        except NotFound:  # an app or user thread went missing: make them and retry
+            if isinstance(exc, PreconditionFailed):
+                raise
+            # An app or user thread went missing (or was deleted): make them, send again.
             self._scopes.clear()
             await self._ensure(app_thread(session.app_name))
             await self._ensure(user_thread(session.app_name, session.user_id))
@@ -332,7 +360,7 @@ class AgentStateSessionService(BaseSessionService):
         if results is None:  # stored by an attempt whose answer was lost
             marker = str((await self.client.get_thread(thread_id)).revision)
         else:
-            marker = str(_revision(results[session_ops - 1]))
+            marker = str(_revision(results[0]))
         session._storage_update_marker = marker
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)

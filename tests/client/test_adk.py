@@ -199,7 +199,7 @@ class LosesFirstBatchAnswer(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         response = await self.inner.handle_async_request(request)
-        if b'"messages.append"' in request.content and not self.lost:
+        if b'"append_messages"' in request.content and not self.lost:
             self.lost += 1
             await response.aread()
             raise httpx.ReadError("connection reset", request=request)

@@ -52,8 +52,11 @@ def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None
     assert stale.value.current_revision == 2 and stale.value.code == "revision_mismatch"
 
     patched = client.patch_thread(thread.thread_id, state={"note": "x"},
-                                  metadata={"team": None, "k": 1}, if_match="*")
+                                  metadata={"team": None, "k": 1}, if_match="*",
+                                  append_messages=[{"role": "user", "content": "with it"}])
     assert patched.state == {"step": 1, "note": "x"} and patched.metadata == {"k": 1}
+    assert patched.revision == 3 and patched.message_count == 1
+    assert [m.content for m in client.list_messages(thread.thread_id).data] == ["with it"]
 
     with pytest.raises(AlreadyExists) as already:
         client.put_thread(thread.thread_id, {}, create_only=True)
