@@ -53,9 +53,16 @@ async def test_a_lineage_crosses_threads_oldest_first(client: httpx.AsyncClient,
         (a, f"{uid}-1"), (a, f"{uid}-2"), (b, f"{uid}-3"), (b, f"{uid}-4")]
     assert got["data"][2]["parent_id"] == f"{uid}-2" and got["data"][1]["content"] == "two"
     assert got["has_more"] is False and got["next_cursor"] is None
-    # The message read by thread shows its link too.
+    # The message read by thread shows its link too, alone, in a page and with its thread.
     one = await ok(await client.get(f"/v1/threads/{b}/messages/{uid}-3"), 200)
     assert one["parent_id"] == f"{uid}-2"
+    page = await ok(await client.get(f"/v1/threads/{b}/messages"), 200)
+    assert [m.get("parent_id") for m in page["data"]] == [f"{uid}-2", f"{uid}-3"]
+    with_messages = await ok(await client.get(f"/v1/threads/{a}",
+                                              params={"include": "messages"}), 200)
+    assert [m.get("parent_id") for m in with_messages["messages"]] == [None, f"{uid}-1", None]
+    assert {k: v for k, v in page["data"][0].items() if k != "thread_id"} == {
+        k: v for k, v in got["data"][2].items() if k != "thread_id"}
     # The last `limit`, and the cursor continues with the older ones.
     page = await lineage(client, f"{uid}-4", limit=3)
     body = await ok(page, 200)
@@ -122,6 +129,12 @@ async def test_parents_must_exist_once(client: httpx.AsyncClient, uid: str) -> N
         {"role": "user", "parent_id": f"{uid}-nope"}]}, headers={"If-Match": "*"})
     assert put.status_code == 422, put.text
     assert put.json()["errors"][0]["pointer"] == "/append_messages/1/parent_id"
+    # PATCH takes append_messages like PUT, links and all.
+    patched = await client.patch(f"/v1/threads/{a}", json={"state": {"n": 1}, "append_messages": [
+        {"id": f"{uid}-r", "role": "user", "parent_id": f"{uid}-p"}]}, headers={"If-Match": "*"})
+    assert patched.status_code == 200, patched.text
+    assert [m["id"] for m in (await ok(await lineage(client, f"{uid}-r"), 200))["data"]] == [
+        f"{uid}-p", f"{uid}-r"]
     # A fork copies ids, so an id it copied names two messages: 409, nothing written.
     await ok(await client.post(f"/v1/threads/{a}/fork", json={"thread_id": f"f-{uid}"}))
     before = await revision(client, a)

@@ -11,7 +11,7 @@ from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
 from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
-from app.http.pagination import Cursor, linked_json
+from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import ThreadIfMatch, with_etag
 from app.http.problems import responses

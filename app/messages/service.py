@@ -10,7 +10,14 @@ from pydantic import ValidationError
 
 from app.core.errors import NotFound, RevisionMismatch, Unprocessable
 from app.core.limits import check_metadata
-from app.core.pagination import RenderedPage, bad_cursor, decode_cursor, split_rendered
+from app.core.pagination import (
+    Page,
+    RenderedPage,
+    bad_cursor,
+    decode_cursor,
+    split_page,
+    split_rendered,
+)
 from app.core.revisions import Preconditions
 from app.core.settings import Settings
 from app.db.base import utcnow
