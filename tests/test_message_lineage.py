@@ -233,9 +233,9 @@ async def test_a_link_and_a_delete_of_its_parent_never_both_win(
         async with holder.transaction():
             await holder.execute("SELECT 1 FROM threads WHERE tenant_id = 'default' AND "
                                  "thread_id = $1 FOR UPDATE", x)
-            start_append = lambda: asyncio.ensure_future(append(  # noqa: E731
+            start_append = lambda: asyncio.ensure_future(append(
                 client, y, {"id": f"{uid}-c", "role": "user", "parent_id": f"{uid}-p"}))
-            start_delete = lambda: asyncio.ensure_future(client.delete(  # noqa: E731
+            start_delete = lambda: asyncio.ensure_future(client.delete(
                 f"/v1/threads/{x}", headers={"If-Match": f'"{rev}"'}))
             second = "delete" if first == "append" else "append"
             tasks = {first: start_append() if first == "append" else start_delete()}

@@ -62,6 +62,7 @@ try:
         ConversationStore,
     )
     from pydantic_ai.messages import ModelMessagesTypeAdapter
+    from typing_extensions import Self  # pydantic's dependency; typing.Self is 3.11+
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("AgentStateConversationStore needs pydantic-ai: "
                       "pip install 'agentstate-client[pydantic-ai]'") from exc
@@ -130,7 +131,7 @@ class AgentStateConversationStore(ConversationStore):
         if self._owns_client:
             await self.client.aclose()
 
-    async def __aenter__(self) -> AgentStateConversationStore:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:

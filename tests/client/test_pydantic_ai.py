@@ -324,7 +324,7 @@ async def test_deleting_what_a_fork_reaches_keeps_the_fork_readable(
     forked = await store.fork("a", at=4, new_conversation_id="f")
     forked.messages = [*forked.messages, *turn(3, False)]
     await store.save(forked)
-    bare = await store.fork("a", new_conversation_id="bare")  # no entries of its own
+    await store.fork("a", new_conversation_id="bare")  # no entries of its own
     expected = {cid: (await store.load(cid)).messages for cid in ("f", "bare")}  # type: ignore[union-attr]
 
     await store.delete("a")
