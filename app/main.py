@@ -25,6 +25,7 @@ from app.http.openapi import install_openapi, operation_id
 from app.http.posture import install_posture
 from app.http.problems import install_handlers
 from app.mcp_servers.router import router as mcp_servers_router
+from app.messages.router import lineage_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
 from app.ops.startup import start
@@ -32,7 +33,7 @@ from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
 
 ROUTERS = [
-    ops_router, threads_router, messages_router, compactions_router, agent_states_router,
+    ops_router, threads_router, messages_router, lineage_router, compactions_router, agent_states_router,
     mcp_servers_router, events_router, batch_router, checkpoints_router,
 ]
 

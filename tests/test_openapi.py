@@ -85,6 +85,7 @@ OPERATION_IDS = {
     ("post", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes"):
         "putCheckpointWrites",
     ("post", "/v1/checkpoints/delete-runs"): "deleteCheckpointRuns",
+    ("get", "/v1/messages/{message_id}/lineage"): "getMessageLineage",
 }
 
 

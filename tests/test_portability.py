@@ -182,6 +182,7 @@ async def api_view(client: httpx.AsyncClient, headers: dict[str, str],
                 state = await client.get(f"{base}/agents/{agent['agent_name']}/state")
                 agent["etag"] = state.headers["etag"]
         view[thread_id] = entry
+    view["lineage"] = (await client.get("/v1/messages/a-cont/lineage")).json()
     view["agent_states"] = await read_all(client, "/v1/agent-states")
     view["mcp_servers"] = await read_all(client, "/v1/mcp-servers", include_secrets="true")
     view["events"] = await read_all(client, "/v1/events")
@@ -255,8 +256,13 @@ async def populate(client: httpx.AsyncClient, headers: dict[str, str], tag: str)
         "task_id": "t1", "task_path": "~a", "writes": [
             {"idx": 0, "channel": "log", "type": "msgpack", "data": "BQ=="}]}))
     await ok(client.post(f"/v1/threads/{a}/fork", json={"thread_id": b, "revision": 12}), 201)
-    await ok(client.post(f"/v1/threads/{b}/messages", json={"role": "user", "content": "fork"}),
-             201)
+    await ok(client.post(f"/v1/threads/{b}/messages", json={"messages": [
+        {"id": "fork-1", "role": "user", "content": "fork"},
+        {"id": "fork-2", "role": "assistant", "content": "on", "parent_id": "fork-1"}]}), 201)
+    # A parent link across threads (a's message continues b's): the export carries it by
+    # (thread_id, seq), so it resolves whatever order the threads are imported in.
+    await ok(client.post(f"/v1/threads/{a}/messages", json={
+        "id": "a-cont", "role": "user", "content": "back in a", "parent_id": "fork-2"}), 201)
     await ok(client.put(f"/v1/threads/{gone}", json={"state": {}},
                         headers={"If-None-Match": "*"}), 201)
     await ok(client.delete(f"/v1/threads/{gone}", headers={"If-Match": '"1"'}), 204)
@@ -315,6 +321,8 @@ async def test_round_trip_to_the_other_backend(source_backend: str, tmp_path: Pa
             before = {tenant: await api_view(client, {"Authorization": f"Bearer {token}"},
                                              threads[tenant])
                       for tenant, token in tokens.items()}
+            assert [(m["thread_id"], m["id"]) for m in before["default"]["lineage"]["data"]] == [
+                ("b-default", "fork-1"), ("b-default", "fork-2"), ("a-default", "a-cont")]
 
         first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
         code, _, err = await cli(source, "export", "-o", str(first), env=env)
@@ -448,6 +456,21 @@ async def test_import_refuses_a_line_the_api_would_refuse(
     code, err = await import_text(database_url, tmp_path, text)
     assert code == 1 and "line 2: thread.a string holds \\u0000" in err, err
     assert (await client.get(f"/v1/threads/nul-{uid}")).status_code == 404
+
+    # A parent link is the id sent and where it pointed, together; one without the other is
+    # refused. A whole link imports, into a thread imported after it or not.
+    half = thread_records(f"half-{uid}", messages=[{"parent_id": "m0"}])
+    code, err = await import_text(database_url, tmp_path, export_text(half))
+    assert code == 1 and "message.parent_id: parent_id, parent_thread_id and parent_seq" in err
+    linked = thread_records(f"linked-{uid}", messages=[
+        {"message_id": f"{uid}-c", "parent_id": f"{uid}-p", "parent_thread_id": f"later-{uid}",
+         "parent_seq": 1}])
+    later = thread_records(f"later-{uid}", messages=[{"message_id": f"{uid}-p"}])
+    code, err = await import_text(database_url, tmp_path, export_text(linked, later))
+    assert code == 0, err
+    got = (await client.get(f"/v1/messages/{uid}-c/lineage")).json()
+    assert [(m["thread_id"], m["id"]) for m in got["data"]] == [
+        (f"later-{uid}", f"{uid}-p"), (f"linked-{uid}", f"{uid}-c")]
 
 
 async def test_import_of_a_truncated_file_keeps_whole_threads(

@@ -58,6 +58,26 @@ async def test_a_thread_past_its_ttl_is_deleted_like_a_delete(app: FastAPI,
     assert bad.status_code == 422
 
 
+
+async def test_a_thread_others_link_into_outlives_its_ttl(app: FastAPI, client: httpx.AsyncClient,
+                                                         uid: str) -> None:
+    """The sweeper deletes as DELETE does, so it keeps what another thread's messages
+    continue (API.md section 4, "Parent links") until nothing links into it."""
+    held, linker = f"held-{uid}", f"linker-{uid}"
+    await client.put(f"/v1/threads/{held}", json={"state": {}, "ttl_seconds": 60,
+                                                  "append_messages": [
+                                                      {"id": f"{uid}-p", "role": "user"}]})
+    linked = await client.post(f"/v1/threads/{linker}/messages",
+                               json={"role": "user", "parent_id": f"{uid}-p"})
+    assert linked.status_code == 201, linked.text
+    retention = Retention(app.state.db, app.state.settings, app.state.feed)
+    await retention.sweep(utcnow() + timedelta(seconds=120))
+    assert (await client.get(f"/v1/threads/{held}")).status_code == 200
+    removed = await client.post(f"/v1/threads/{linker}/messages:remove", json={"last": 1})
+    assert removed.status_code == 200, removed.text
+    await retention.sweep(utcnow() + timedelta(seconds=120))
+    assert (await client.get(f"/v1/threads/{held}")).status_code == 404
+
 async def test_events_tombstones_and_idempotency_records_expire(database_url: str,
                                                                 uid: str) -> None:
     settings = Settings(database_url=database_url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]

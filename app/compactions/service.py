@@ -18,7 +18,7 @@ from app.compactions.errors import (
 )
 from app.compactions.repository import CompactionRepository
 from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
-from app.core.errors import NotFound
+from app.core.errors import NotFound, Unprocessable
 from app.core.ids import new_id
 from app.core.limits import check_metadata
 from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
@@ -82,6 +82,11 @@ class CompactionService:
         """
         check_metadata(body.metadata, self.settings)
         check_metadata(body.summary.metadata, self.settings, "/summary/metadata")
+        if body.summary.parent_id is not None:
+            raise Unprocessable(
+                "A summary stands for the run it replaces; it takes no parent_id.",
+                errors=[{"pointer": "/summary/parent_id", "code": "parent_not_allowed",
+                         "message": "not allowed on a summary"}])
         ids = body.source_message_ids
         repeated = _repeated(ids)
         if repeated:

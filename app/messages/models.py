@@ -17,6 +17,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.db.base import Base, JSONType, Name, UTCDateTime
 
 LIVE_ONLY = text("status = 'live'")
+HAS_PARENT = text("parent_thread_id IS NOT NULL")
 
 
 class Message(Base):
@@ -36,6 +37,11 @@ class Message(Base):
         # The live view's order, without stepping over compacted history.
         Index("ix_messages_live", "thread_pk", "position", "seq",
               postgresql_where=LIVE_ONLY, sqlite_where=LIVE_ONLY),
+        # A message found by its id anywhere in the tenant (parent links, lineage).
+        Index("ix_messages_tenant_id_message_id", "tenant_id", "message_id"),
+        # Who points at a thread's messages (refusing a delete that would break a lineage).
+        Index("ix_messages_parent", "tenant_id", "parent_thread_id", "parent_seq",
+              postgresql_where=HAS_PARENT, sqlite_where=HAS_PARENT),
     )
 
     thread_pk: Mapped[int] = mapped_column(
@@ -63,3 +69,9 @@ class Message(Base):
     # The thread revision that stored it (0: stored before revisions were recorded here), so
     # a fork can take the messages as they were at a revision.
     revision: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # The message this one continues (API.md section 4, "Parent links"): the id as the
+    # client sent it, and the row it named when it was stored, by its natural key (thread id,
+    # seq), so an export carries it as it is and an import may bring the threads in any order.
+    parent_id: Mapped[str | None] = mapped_column(Name, nullable=True)
+    parent_thread_id: Mapped[str | None] = mapped_column(Name, nullable=True)
+    parent_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)

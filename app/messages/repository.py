@@ -3,7 +3,7 @@ cost is the rows it returns, never the length of the thread."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -12,6 +12,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Text,
+    case,
     cast,
     delete,
     func,
@@ -26,10 +27,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ids import new_id
 from app.db.base import AnyRow, table
+from app.db.dialect import dialect_name
 from app.messages.models import Message
 from app.messages.schemas import RENDERED_COLUMNS, MessageIn
+from app.threads.models import Thread
 
 m = table(Message)
+th = table(Thread)
+# Where a parent link points: (thread id, seq) of the message it names.
+Parent = tuple[str, int]
 # Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
 # from a constant, and a prepared statement's generic plan would otherwise miss `ix_messages_live`.
 LIVE: Any = literal_column("'live'")
@@ -66,7 +72,8 @@ class MessageRepository:
         return taken
 
     def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
-            revision: int, now: datetime, summary_of: str | None = None) -> dict[str, Any]:
+            revision: int, now: datetime, summary_of: str | None = None,
+            parent: Parent | None = None) -> dict[str, Any]:
         return {
             "thread_pk": thread_pk, "seq": seq, "tenant_id": self.tenant_id,
             "message_id": message.id or new_id("msg"), "position": position,
@@ -76,20 +83,24 @@ class MessageRepository:
             "agent_name": message.agent_name, "metadata": message.metadata,
             "created_at": now, "status": "live", "compacted_by": None,
             "summary_of": summary_of, "revision": revision,
+            "parent_id": message.parent_id,
+            "parent_thread_id": parent[0] if parent is not None else None,
+            "parent_seq": parent[1] if parent is not None else None,
         }
 
     async def insert(self, rows: list[dict[str, Any]]) -> None:
         await self.connection.execute(insert(m), rows)
 
-    async def append(self, thread: Any, messages: Sequence[MessageIn],
-                     now: datetime) -> list[SimpleNamespace]:
+    async def append(self, thread: Any, messages: Sequence[MessageIn], now: datetime,
+                     parents: Sequence[Parent | None] = ()) -> list[SimpleNamespace]:
         """Store `messages` as seqs `last_seq - n + 1 .. last_seq` of `thread`, the row the
         caller's UPDATE returned (it handed the seqs out and holds the row lock until commit),
         in its revision. Returns the stored rows. The caller has checked that their ids are
         free (`taken_id`)."""
         first = thread.last_seq - len(messages) + 1
         rows = [self.row(thread.id, msg, seq=first + i, position=first + i,
-                         revision=thread.revision, now=now)
+                         revision=thread.revision, now=now,
+                         parent=parents[i] if parents else None)
                 for i, msg in enumerate(messages)]
         await self.insert(rows)
         return [SimpleNamespace(**row) for row in rows]
@@ -170,16 +181,22 @@ class MessageRepository:
         )
 
     async def copy(self, source_pk: int, target_pk: int, *, up_to_revision: int,
-                   revision: int) -> int:
+                   revision: int, source_id: str, target_id: str) -> int:
         """Copy the messages a thread had stored by `up_to_revision` into another thread
         (same seqs, positions, ids and times; stored there in `revision`), every one live:
-        the caller then sets the statuses they had at that revision. Returns the last seq."""
-        columns = [column.name for column in m.c
-                   if column.name not in ("thread_pk", "status", "compacted_by", "revision")]
+        the caller then sets the statuses they had at that revision. A parent link into the
+        source thread points at the copy of its parent; one into another thread is kept.
+        Returns the last seq."""
+        fixed = ("thread_pk", "status", "compacted_by", "revision", "parent_thread_id")
+        columns = [column.name for column in m.c if column.name not in fixed]
+        parent_thread = case((m.c.parent_thread_id == source_id,
+                              literal(target_id, m.c.parent_thread_id.type)),
+                             else_=m.c.parent_thread_id)
         await self.connection.execute(insert(m).from_select(
-            ["thread_pk", "status", "compacted_by", "revision", *columns],
+            [*fixed, *columns],
             select(literal(target_pk, BigInteger), LIVE, literal(None, m.c.compacted_by.type),
-                   literal(revision, BigInteger), *(m.c[name] for name in columns))
+                   literal(revision, BigInteger), parent_thread,
+                   *(m.c[name] for name in columns))
             .where(self._thread(source_pk), m.c.revision <= up_to_revision),
         ))
         last: int | None = await self.connection.scalar(
@@ -192,3 +209,81 @@ class MessageRepository:
         return int(await self.connection.scalar(
             select(func.count()).select_from(m).where(self._thread(thread_pk), m.c.status == LIVE)
         ) or 0)
+
+    # --- parent links and lineage (API.md section 4, "Parent links") ---------------------
+
+    async def carriers(self, ids: Sequence[str]) -> list[AnyRow]:
+        """The tenant's messages, in any thread, that carry one of `ids`:
+        (message_id, thread_pk, thread_id, seq)."""
+        if not ids:
+            return []
+        return list((await self.connection.execute(
+            select(m.c.message_id, m.c.thread_pk, th.c.thread_id, m.c.seq)
+            .select_from(m.join(th, (th.c.id == m.c.thread_pk)
+                                & (th.c.tenant_id == self.tenant_id)))
+            .where(m.c.tenant_id == self.tenant_id, m.c.message_id.in_(ids))
+        )).all())
+
+    async def hold_threads(self, thread_pks: Collection[int]) -> set[int]:
+        """Hold the rows of live threads (FOR SHARE on Postgres) until commit, so neither a
+        delete of one nor a removal from one can run between the caller's check that a
+        parent exists and its commit. The ones still live."""
+        if not thread_pks:
+            return set()
+        stmt = select(th.c.id).where(th.c.tenant_id == self.tenant_id,
+                                     th.c.id.in_(sorted(thread_pks)), th.c.deleted_at.is_(None))
+        if dialect_name(self.connection) == "postgresql":
+            stmt = stmt.with_for_update(read=True)
+        return set((await self.connection.scalars(stmt)).all())
+
+    async def referrer(self, thread_id: str, thread_pk: int,
+                       seqs: Sequence[int] | None = None) -> tuple[str, str] | None:
+        """A message that continues one of the thread's messages (all of them, or those of
+        `seqs`) and would outlive them: one of another thread, or of this one outside `seqs`.
+        Its (thread id, message id), or None."""
+        where = [m.c.tenant_id == self.tenant_id, m.c.parent_thread_id == thread_id]
+        if seqs is None:
+            where.append(m.c.thread_pk != thread_pk)
+        else:
+            where += [m.c.parent_seq.in_(seqs),
+                      ~((m.c.thread_pk == thread_pk) & m.c.seq.in_(seqs))]
+        found = (await self.connection.execute(
+            select(th.c.thread_id, m.c.message_id)
+            .select_from(m.join(th, (th.c.id == m.c.thread_pk)
+                                & (th.c.tenant_id == self.tenant_id)))
+            .where(*where).limit(1))).first()
+        return (found.thread_id, found.message_id) if found is not None else None
+
+    async def lineage(self, start: Parent, limit: int) -> list[AnyRow]:
+        """The message at `start` (thread id, seq) and the ones before it along parent links,
+        newest first, at most `limit`: one recursive query, each step two index lookups
+        (the parent's thread by its id, the message by its key). Rows carry `thread_id`."""
+        t1, m1 = th.alias("t1"), m.alias("m1")
+        depth = literal(0, BigInteger).label("depth")
+        chain = (
+            select(m1.c.thread_pk, m1.c.seq, m1.c.parent_thread_id, m1.c.parent_seq, depth)
+            .select_from(m1.join(t1, (t1.c.id == m1.c.thread_pk)
+                                 & (t1.c.tenant_id == self.tenant_id)))
+            .where(m1.c.tenant_id == self.tenant_id, t1.c.thread_id == start[0],
+                   m1.c.seq == start[1])
+            .cte("chain", recursive=True)
+        )
+        t2, m2 = th.alias("t2"), m.alias("m2")
+        chain = chain.union_all(
+            select(m2.c.thread_pk, m2.c.seq, m2.c.parent_thread_id, m2.c.parent_seq,
+                   chain.c.depth + 1)
+            .select_from(
+                chain.join(t2, (t2.c.tenant_id == self.tenant_id)
+                           & (t2.c.thread_id == chain.c.parent_thread_id))
+                .join(m2, (m2.c.tenant_id == self.tenant_id) & (m2.c.thread_pk == t2.c.id)
+                      & (m2.c.seq == chain.c.parent_seq)))
+            .where(chain.c.depth < limit - 1)
+        )
+        return list((await self.connection.execute(
+            select(*m.c, th.c.thread_id)
+            .select_from(
+                chain.join(m, (m.c.tenant_id == self.tenant_id)
+                           & (m.c.thread_pk == chain.c.thread_pk) & (m.c.seq == chain.c.seq))
+                .join(th, (th.c.tenant_id == self.tenant_id) & (th.c.id == m.c.thread_pk)))
+            .order_by(chain.c.depth)
+        )).all())

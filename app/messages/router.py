@@ -11,7 +11,7 @@ from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
 from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
 from app.http.idempotency import IdempotencyDep, created
-from app.http.pagination import Cursor, linked_json
+from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import ThreadIfMatch, with_etag
 from app.http.problems import responses
@@ -19,6 +19,7 @@ from app.http.routing import ParsedBodyRoute
 from app.messages.schemas import (
     ROLE_MAX,
     AppendOut,
+    LineageMessageOut,
     MessageBatch,
     MessageIn,
     MessageOut,
@@ -141,3 +142,23 @@ async def redact_message(thread_id: ThreadId, message_id: MessageId,
     message, revision = await MessageService(uow, settings).redact(thread_id, message_id,
                                                                   body, pre)
     return with_etag(response, message, revision)
+
+
+# Reads that find a message by its id across the tenant's threads.
+lineage_router = APIRouter(prefix="/v1/messages", tags=["messages"], route_class=ParsedBodyRoute)
+
+
+@lineage_router.get("/{message_id}/lineage", responses=responses(404, 409),
+                    summary="A message and the ones before it along parent links")
+async def get_message_lineage(
+    message_id: MessageId, request: Request, response: Response, uow: Reader,
+    settings: SettingsDep, cursor: Cursor = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="The last this many, 1-1000.")] = 100,
+) -> Page[LineageMessageOut]:
+    """The message with this id, in whichever of the tenant's threads holds it, and the
+    messages before it along `parent_id` links (across threads), oldest first: the last
+    `limit` of them; `next_cursor` (with `has_more`) continues with the older ones. One query
+    however long the history. 404 if no message has the id, 409 `message_ambiguous` if
+    several have it (a forked thread keeps its source's ids)."""
+    page = await MessageService(uow, settings).lineage(message_id, limit=limit, cursor=cursor)
+    return linked(request, response, page)

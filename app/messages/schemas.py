@@ -124,6 +124,11 @@ class MessageIn(Strict):
     tool_call_id: ToolCallId = Field(None, description="Tool messages only.")
     agent_name: Name | None = None
     metadata: JsonObject = Field(default_factory=dict)
+    parent_id: Name | None = Field(
+        None, description="The message this one continues: the id of a message of any of the "
+        "tenant's threads, or of an earlier message of this request. It must name exactly one "
+        "message (else 422 `parent_not_found` or 409 `message_ambiguous`). "
+        "`GET /v1/messages/{id}/lineage` walks these links.")
 
 
 class MessageBatch(Strict):
@@ -151,7 +156,8 @@ def check_batch(messages: list[MessageIn], settings: Settings, pointer: str) -> 
 
 
 # Omitted from a message when absent, so a message reads back with the members it was sent with.
-_OPTIONAL = ("item", "name", "tool_calls", "tool_call_id", "agent_name", "compaction_id")
+_OPTIONAL = ("item", "name", "tool_calls", "tool_call_id", "agent_name", "compaction_id",
+             "parent_id")
 
 
 def messages_path(thread_id: str) -> str:
@@ -181,16 +187,23 @@ class MessageOut(RowModel):
         None, description="Compacted: the compaction that replaced it. "
         "A summary: the compaction that wrote it.",
     )
+    parent_id: str | None = Field(
+        None, description="The message this one continues, as sent on append.")
 
     @classmethod
     def from_row(cls, row: Any) -> MessageOut:
+        return cls(**cls._fields_of(row))
+
+    @staticmethod
+    def _fields_of(row: Any) -> dict[str, Any]:
         compacted = row.status == "compacted"
-        return cls(
+        return dict(
             id=row.message_id, seq=row.seq, position=row.position, role=row.role,
             content=row.content, item=row.item, name=row.name, tool_calls=row.tool_calls,
             tool_call_id=row.tool_call_id, agent_name=row.agent_name, metadata=row.metadata,
             created_at=row.created_at, status=row.status,
             compaction_id=row.compacted_by if compacted else row.summary_of,
+            parent_id=row.parent_id,
         )
 
     @model_serializer(mode="wrap")
@@ -207,7 +220,7 @@ _string = json.JSONEncoder(ensure_ascii=False).encode
 # faster than its attributes are read by name).
 RENDERED_COLUMNS = ("message_id", "seq", "position", "role", "content", "item", "name",
                     "tool_calls", "tool_call_id", "agent_name", "metadata", "created_at",
-                    "status", "compacted_by", "summary_of")
+                    "status", "compacted_by", "summary_of", "parent_id")
 
 
 def render_message(row: Any) -> str:
@@ -217,7 +230,7 @@ def render_message(row: Any) -> str:
     without parsing and re-serialising each one. tests/test_messages.py holds the two
     renderings equal."""
     (message_id, seq, position, role, content, item, name, tool_calls, tool_call_id,
-     agent_name, metadata, created_at, status, compacted_by, summary_of) = row
+     agent_name, metadata, created_at, status, compacted_by, summary_of, parent_id) = row
     parts = [f'{{"id":{_string(message_id)},"seq":{seq},"position":{position},'
              f'"role":{_string(role)},"content":{content or "null"}']
     if item is not None and item != "null":
@@ -235,8 +248,23 @@ def render_message(row: Any) -> str:
     compaction = compacted_by if status == "compacted" else summary_of
     if compaction is not None:
         parts.append(f',"compaction_id":{_string(compaction)}')
+    if parent_id is not None:
+        parts.append(f',"parent_id":{_string(parent_id)}')
     parts.append("}")
     return "".join(parts)
+
+
+class LineageMessageOut(MessageOut):
+    """A message of a lineage, which may cross threads: it names its thread."""
+
+    thread_id: str
+
+    @classmethod
+    def from_row(cls, row: Any) -> LineageMessageOut:
+        return cls(**cls._fields_of(row), thread_id=row.thread_id)
+
+
+LINEAGE_CURSOR = "lineage"
 
 
 class AppendOut(BaseModel):

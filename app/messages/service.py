@@ -10,18 +10,33 @@ from pydantic import ValidationError
 
 from app.core.errors import NotFound, RevisionMismatch, Unprocessable
 from app.core.limits import check_metadata
-from app.core.pagination import RenderedPage, bad_cursor, decode_cursor, split_rendered
+from app.core.pagination import (
+    Page,
+    RenderedPage,
+    bad_cursor,
+    decode_cursor,
+    split_page,
+    split_rendered,
+)
 from app.core.revisions import Preconditions
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.db.base import AnyRow
-from app.messages.errors import MessageCompacted, refuse_taken
+from app.messages.errors import (
+    MessageAmbiguous,
+    MessageCompacted,
+    refuse_referenced,
+    refuse_taken,
+)
+from app.messages.parents import resolve_parents
 from app.messages.repository import MessageRepository
 from app.messages.schemas import (
+    LINEAGE_CURSOR,
     MESSAGE_CURSOR,
     AppendOut,
+    LineageMessageOut,
     MessageIn,
     MessageOut,
     MessageRedaction,
@@ -62,7 +77,8 @@ class MessageService:
         row = await self.threads.advance(thread_id, pre, seqs=count, live_delta=count,
                                          create=True)
         refuse_taken(await self.repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
-        stored = await self.repo.append(row, messages, utcnow())
+        parents = await resolve_parents(self.repo, row, messages, "/messages")
+        stored = await self.repo.append(row, messages, utcnow(), parents)
         self.uow.record("message.appended", messages_path(thread_id), revision=row.revision,
                         thread_id=thread_id)
         body = AppendOut(data=[MessageOut.from_row(r) for r in stored],
@@ -164,6 +180,8 @@ class MessageService:
         row = await self.threads.advance(thread_id, pre)
         rows = await self._selected(row.id, body)  # again, under the row's lock
         self._refuse_compacted(rows)
+        refuse_referenced(await self.repo.referrer(thread_id, row.id, [r.seq for r in rows]),
+                          "this removal")
         await self.repo.remove(row.id, [r.seq for r in rows])
         await IdempotencyService(self.uow, self.settings, "messages").forget_thread(row.id)
         await self.threads.add_live(row, -sum(r.status == "live" for r in rows))
@@ -201,3 +219,33 @@ class MessageService:
         self.uow.record("message.redacted", f"{messages_path(thread_id)}/{message_id}",
                         revision=row.revision, thread_id=thread_id)
         return MessageOut.from_row(stored), row.revision
+
+    # --- lineage -------------------------------------------------------------------------
+
+    async def lineage(self, message_id: str, *, limit: int,
+                      cursor: str | None) -> Page[LineageMessageOut]:
+        """The message with this id, in any thread of the tenant, and the ones before it along
+        parent links: the last `limit` of them, oldest first. `next_cursor` continues with
+        the older ones (it names where the walk goes on, so the id is not looked up again)."""
+        after = decode_cursor(LINEAGE_CURSOR, cursor, 2)
+        if after is not None:
+            if not (isinstance(after[0], str) and type(after[1]) is int):
+                raise bad_cursor()
+            start = (after[0], after[1])
+        else:
+            found = await self.repo.carriers([message_id])
+            if not found:
+                raise NotFound(f"No message of this tenant has the id {message_id!r}.")
+            if len(found) > 1:
+                raise MessageAmbiguous(
+                    f"{len(found)} messages of this tenant have the id {message_id!r} (a forked "
+                    "thread keeps its source's ids); read it by thread instead.")
+            start = (found[0].thread_id, found[0].seq)
+        rows = await self.repo.lineage(start, limit + 1)
+        if not rows:  # only a cursor can name a message that is gone
+            raise NotFound("The message this cursor continues from no longer exists.")
+        page = split_page(LINEAGE_CURSOR, rows, limit,
+                          lambda row: [row.parent_thread_id, row.parent_seq],
+                          LineageMessageOut.from_row, max_bytes=self.settings.max_page_bytes)
+        page.data.reverse()
+        return page

@@ -111,9 +111,13 @@ def _message(record: dict[str, Any], settings: Settings) -> None:
     _metadata(record, settings)
     if record["status"] not in get_args(Status):
         raise _fail("status", f"must be one of {', '.join(get_args(Status))}")
-    _name(record, "compacted_by", "summary_of")
-    _at_least(record, 1, "seq", "position")
+    _name(record, "compacted_by", "summary_of", "parent_thread_id")
+    _at_least(record, 1, "seq", "position", "parent_seq")
     _at_least(record, 0, "revision")
+    # A parent link is the id as sent and where it pointed (API.md section 4): all or none.
+    link = [record[name] is None for name in ("parent_id", "parent_thread_id", "parent_seq")]
+    if len(set(link)) > 1:
+        raise _fail("parent_id", "parent_id, parent_thread_id and parent_seq go together")
 
 
 def _compaction(record: dict[str, Any], settings: Settings) -> None:

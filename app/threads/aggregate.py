@@ -16,6 +16,8 @@ from app.core.revisions import Preconditions, check_preconditions
 from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
+from app.messages.errors import refuse_referenced
+from app.messages.repository import MessageRepository
 from app.threads.errors import ThreadDeleted
 from app.threads.repository import Returning, ThreadRepository
 
@@ -193,14 +195,24 @@ class ThreadAggregate:
         if (row is None or row.deleted_at is not None or row.ttl_seconds is None
                 or row.updated_at + timedelta(seconds=row.ttl_seconds) > now):
             return None
+        if await self._referrer(row) is not None:
+            return None  # kept while other threads' messages continue its messages
         revision = await self.repo.delete(thread_id, row.revision, now)
         if revision is not None:
             self.record("deleted", thread_id, revision)
         return revision
 
+    async def _referrer(self, row: AnyRow) -> tuple[str, str] | None:
+        """A message of another thread that continues one of this thread's (`parent_id`)."""
+        return await MessageRepository(self.uow.connection, self.uow.tenant_id).referrer(
+            row.thread_id, row.id)
+
     async def delete(self, thread_id: str, pre: Preconditions) -> int:
         """Delete the thread and everything in it, leaving a tombstone; its revision."""
         row = await self.locked(thread_id, pre, "DELETE")
+        # Under the row's lock: an append that links into the thread holds the row FOR SHARE
+        # until it commits, so its link is either seen here or never written.
+        refuse_referenced(await self._referrer(row), "deleting the thread")
         revision = await self.repo.delete(thread_id, row.revision, utcnow())
         if revision is None:  # only if the lock was not held (cannot happen on either backend)
             await self.refuse(thread_id)

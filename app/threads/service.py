@@ -25,6 +25,7 @@ from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.messages.errors import refuse_taken
+from app.messages.parents import resolve_parents
 from app.messages.repository import MessageRepository
 from app.messages.schemas import (
     MESSAGE_CURSOR,
@@ -155,7 +156,8 @@ class ThreadService:
             return
         repo = MessageRepository(self.uow.connection, self.uow.tenant_id)
         refuse_taken(await repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
-        await repo.append(row, messages, utcnow())
+        parents = await resolve_parents(repo, row, messages, "/append_messages")
+        await repo.append(row, messages, utcnow(), parents)
         self.uow.record("message.appended", messages_path(row.thread_id),
                         revision=row.revision, thread_id=row.thread_id)
 
@@ -246,7 +248,8 @@ class ThreadService:
             raise AlreadyExists(current.revision if current is not None else None)
         messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
         last_seq = await messages.copy(source.id, fork.id, up_to_revision=at,
-                                       revision=fork.revision)
+                                       revision=fork.revision, source_id=thread_id,
+                                       target_id=body.thread_id)
         compactions = CompactionRepository(self.uow.connection, self.uow.tenant_id)
         records = await compactions.made_by(source.id, at)
         await compactions.copy(source.id, fork.id, up_to_revision=at, revision=fork.revision)

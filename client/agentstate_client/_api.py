@@ -327,6 +327,18 @@ class _Api:
         return Message.from_json((yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/messages/{segment(message_id)}"))))
 
+    @operation
+    def get_lineage(self, message_id: str, *, limit: int | None = None,
+                    cursor: str | None = None) -> Op[Page[Message]]:
+        """The message with this id, in whichever of the tenant's threads holds it, and the
+        messages before it along `parent_id` links, oldest first: the last `limit` (1-1000,
+        default 100). `next_cursor` continues with the older ones. Raises `NotFound`, or
+        `MessageAmbiguous` if several messages carry the id. Each message names its
+        `thread_id`."""
+        return _page(Message, (yield from self._core.json(Request(
+            "GET", f"/v1/messages/{segment(message_id)}/lineage",
+            params=drop_none(limit=limit, cursor=cursor)))))
+
     # Batches -----------------------------------------------------------------------------
 
     @operation

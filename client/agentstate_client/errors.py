@@ -15,14 +15,15 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── NotAcceptable (406)       a stream asked for without Accept: text/event-stream
         ├── Conflict (409)            ThreadExists, MessageExists, IdempotencyInFlight,
         │                             CompactionCovered, MessageCompacted, CheckpointExists,
-        │                             CheckpointItemsMissing
+        │                             CheckpointItemsMissing, MessageAmbiguous,
+        │                             MessageReferenced
         ├── Gone (410)                ThreadDeleted
         ├── PreconditionFailed (412)  RevisionMismatch, AlreadyExists  (`current_revision`)
         ├── PayloadTooLarge (413)
         ├── UnsupportedMediaType (415)
         ├── UnprocessableEntity (422) UnknownField, IdempotencyKeyReused,
         │                             CompactionNotContiguous, MessageNotLive, MessageNotFound,
-        │                             UnknownSecret
+        │                             UnknownSecret, ParentNotFound
         ├── PreconditionRequired (428)
         ├── TooManyRequests (429)
         ├── InternalServerError (500) SecretsUndecryptable
@@ -43,8 +44,9 @@ __all__ = [
     "BadRequest", "CheckpointExists", "CheckpointItemsMissing", "CheckpointNotFound",
     "CompactionCovered", "CompactionNotContiguous", "Conflict",
     "DatabaseUnavailable", "Forbidden", "Gone", "IdempotencyInFlight", "IdempotencyKeyReused",
-    "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageCompacted", "MessageExists",
-    "MessageNotFound", "MessageNotLive", "NotAcceptable", "NotFound", "NotReady", "PayloadTooLarge",
+    "InternalServerError", "InvalidCursor", "InvalidHeader", "InvalidJson", "MessageAmbiguous", "MessageCompacted", "MessageExists",
+    "MessageNotFound", "MessageNotLive", "MessageReferenced", "NotAcceptable", "NotFound",
+    "NotReady", "ParentNotFound", "PayloadTooLarge",
     "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "SecretsNotConfigured",
     "SecretsUndecryptable", "ServiceUnavailable", "ThreadDeleted", "ThreadExists",
     "TooManyRequests", "Unauthorized", "UnknownField", "UnknownSecret", "UnprocessableEntity",
@@ -152,6 +154,20 @@ class MessageCompacted(Conflict):
     default_code = "message_compacted"
 
 
+class MessageAmbiguous(Conflict):
+    """A message id that several messages of the tenant carry (a forked thread keeps its
+    source's ids), used where it must name one: a `parent_id`, `get_lineage`."""
+
+    default_code = "message_ambiguous"
+
+
+class MessageReferenced(Conflict):
+    """A thread delete or message removal refused because messages of other threads (or
+    messages kept in this one) continue the messages it would take (their `parent_id`)."""
+
+    default_code = "message_referenced"
+
+
 class CheckpointExists(Conflict):
     """A checkpoint with the same (namespace, id) and other content exists: they are
     immutable."""
@@ -232,6 +248,13 @@ class MessageNotLive(UnprocessableEntity):
 
 class MessageNotFound(UnprocessableEntity):
     default_code = "message_not_found"
+
+
+class ParentNotFound(UnprocessableEntity):
+    """A `parent_id` that names no message of the tenant (nor an earlier one of the
+    request)."""
+
+    default_code = "parent_not_found"
 
 
 class UnknownSecret(UnprocessableEntity):

@@ -71,6 +71,9 @@ class Message(_Model):
     metadata: JsonObject = field(default_factory=dict)
     compaction_id: str | None = None
     item: Any = None
+    parent_id: str | None = None
+    # Set on the messages of a lineage (`get_lineage`), which may span threads.
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True)
