@@ -13,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Text,
+    bindparam,
     case,
     cast,
     delete,
@@ -69,6 +70,12 @@ def checks_ids_on_insert(messages: Sequence[MessageIn]) -> bool:
     return len(messages) == 1 and messages[0].parent_id is None
 
 
+_TAKEN = (select(m.c.message_id)
+          .where(m.c.thread_pk == bindparam("pk"), m.c.tenant_id == bindparam("tenant"),
+                 m.c.message_id.in_(bindparam("ids", expanding=True)))
+          .limit(1))
+
+
 def _bound(key: Key) -> Any:
     # Typed BIGINT like the columns (a plain int binds as INTEGER on Postgres).
     return tuple_(*(literal(value, BigInteger) for value in key))
@@ -88,8 +95,7 @@ class MessageRepository:
         if not ids:
             return None
         taken: str | None = await self.connection.scalar(
-            select(m.c.message_id).where(self._thread(thread_pk), m.c.message_id.in_(ids)).limit(1)
-        )
+            _TAKEN, {"pk": thread_pk, "tenant": self.tenant_id, "ids": list(ids)})
         return taken
 
     def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
