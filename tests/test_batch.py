@@ -103,6 +103,52 @@ async def test_a_refused_operation_writes_nothing(client: httpx.AsyncClient, app
     assert (await client.get(f"/v1/threads/{uid}-b")).json()["message_count"] == 0
 
 
+async def test_a_taken_message_id_refuses_the_batch(client: httpx.AsyncClient, app: FastAPI,
+                                                    uid: str) -> None:
+    """The shape of an ADK append: the thread's state and revision, its messages, its seqs
+    and its events are as they were after a 409 for an id the thread has."""
+    url = f"/v1/threads/{uid}"
+    first = await client.post(f"{url}/messages", json={"messages": [
+        {"id": "a", "role": "user", "content": "kept"}]})
+    assert first.status_code == 201, first.text
+    before = (await client.get(url)).json()
+    revision = before["revision"]
+
+    def append(*ids: str) -> dict[str, Any]:
+        return {"op": "messages.append", "thread_id": uid, "if_match": f'"{revision}"',
+                "body": {"messages": [{"id": i, "role": "user", "content": i} for i in ids]}}
+
+    patch = {"op": "thread.patch", "thread_id": uid, "if_match": f'"{revision + 1}"',
+             "body": {"state": {"s": 1}}}
+    # One message (ADK's append) and several are checked differently: both refuse alike.
+    for ids in (("a",), ("b", "a", "c")):
+        refused = await batch(client, append(*ids), patch)
+        assert refused.status_code == 409, refused.text
+        problem = refused.json()
+        assert problem["code"] == "message_exists" and problem["operation"] == 0
+        assert problem["detail"] == ("Operation 0 (messages.append) was refused, nothing was "
+                                     "written: Message 'a' already exists in this thread; "
+                                     "nothing was written.")
+        assert (await client.get(url)).json() == before
+        stored = (await client.get(f"{url}/messages")).json()["data"]
+        assert [(m["id"], m["seq"]) for m in stored] == [("a", 1)]
+        assert await events(app, uid) == ["thread.created", "message.appended"]
+    # A taken id is refused before a parent link is looked at, for one message as for several.
+    for ids in (("a",), ("b", "a")):
+        op = append(*ids)
+        op["body"]["messages"][-1]["parent_id"] = "no-such-message"
+        linked = await batch(client, op)
+        assert linked.status_code == 409 and linked.json()["code"] == "message_exists", linked.text
+    taken_later = await batch(client, append("b", "c", "a"))
+    assert taken_later.json()["detail"].endswith("Message 'a' already exists in this thread; "
+                                                 "nothing was written.")
+    ok = await batch(client, append("b", "c"), patch)
+    assert ok.status_code == 200, ok.text
+    assert [(m["id"], m["seq"]) for m in ok.json()["results"][0]["body"]["data"]] == [
+        ("b", 2), ("c", 3)]
+    assert ok.json()["results"][1]["etag"] == f'"{revision + 2}"'
+
+
 async def test_bad_batches_are_422(client: httpx.AsyncClient, uid: str) -> None:
     one = {"op": "thread.delete", "thread_id": uid, "if_match": "*"}
     for body in ({"operations": []}, {"operations": [one] * 101}, {},

@@ -194,6 +194,23 @@ async def test_stale_if_match_writes_nothing(client: httpx.AsyncClient, uid: str
     assert (await client.get(f"/v1/threads/{uid}/messages/m3")).json()["status"] == "compacted"
 
 
+async def test_a_summary_id_the_thread_has_is_409(client: httpx.AsyncClient,
+                                                  uid: str) -> None:
+    await thread_with(client, uid, 3)
+    before = (await client.get(f"/v1/threads/{uid}")).json()
+    first = await compact(client, uid, ["m1", "m2"], "x")
+    assert first.status_code == 201
+    for summary_id in ("m3", "m1"):
+        refused = await client.post(f"/v1/threads/{uid}/compactions", json={
+            "source_message_ids": ["m3"], "summary": summary("y", id=summary_id)})
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["code"] == "message_exists"
+        assert refused.json()["detail"] == (f"Message {summary_id!r} already exists in this "
+                                            "thread; nothing was written.")
+    assert (await client.get(f"/v1/threads/{uid}")).json()["revision"] == before["revision"] + 1
+    assert (await client.get(f"/v1/threads/{uid}/messages/m3")).json()["status"] == "live"
+
+
 async def test_list_pages_oldest_first(client: httpx.AsyncClient, uid: str) -> None:
     await thread_with(client, uid, 7)
     ids = [(await compact(client, uid, [f"m{i}"], f"s{i}")).json()["id"] for i in range(1, 8)]

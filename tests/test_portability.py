@@ -473,6 +473,26 @@ async def test_import_refuses_a_line_the_api_would_refuse(
         (f"later-{uid}", f"{uid}-p"), (f"linked-{uid}", f"{uid}-c")]
 
 
+async def test_import_refuses_history_of_a_thread_that_keeps_none(
+        database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
+    """The server keeps no revisions for a thread with history_limit 0 (and its writes count
+    on that): an import does not bring any in."""
+    records = thread_records(uid)
+    records[0]["history_limit"] = 0
+    text = export_text(records)
+    code, err = await import_text(database_url, tmp_path, text)
+    line = line_of(text, '"kind": "thread_revision"')
+    assert code == 1, err
+    assert (f"line {line}: thread_revision.revision: the thread keeps no history "
+            "(history_limit 0)") in err, err
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+    del records[1]
+    records[-1]["records"] = {"thread": 1}
+    code, err = await import_text(database_url, tmp_path, export_text(records))
+    assert code == 0, err
+    assert (await client.get(f"/v1/threads/{uid}/revisions")).json()["data"] == []
+
+
 async def test_import_of_a_truncated_file_keeps_whole_threads(
         database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
     text = export_text(thread_records(f"first-{uid}", messages=[{}]),

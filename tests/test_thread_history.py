@@ -110,6 +110,73 @@ async def test_the_server_setting_is_the_default_window(short_history: httpx.Asy
     assert [r for r, _ in await history(short_history, uid)] == [5, 4]
 
 
+async def test_a_limit_lowered_to_0_keeps_nothing_after_any_write(
+        client: httpx.AsyncClient, uid: str) -> None:
+    """Every way of setting 0 prunes, and no later write (PATCH, PUT, append, batch) keeps
+    anything: writes to such a thread skip the prune, so this pins that nothing is left."""
+    url = f"/v1/threads/{uid}"
+    for how in ("patch", "put", "batch"):
+        await put(client, f"{uid}-{how}", {"n": 0}, history_limit=5)
+        for n in range(1, 4):
+            await put(client, f"{uid}-{how}", {"n": n}, n)
+        assert len(await history(client, f"{uid}-{how}")) == 4
+        lowered = {
+            "patch": lambda u: client.patch(u, json={"history_limit": 0},
+                                            headers={"If-Match": '"4"'}),
+            "put": lambda u: client.put(u, json={"state": {"n": 4}, "history_limit": 0},
+                                        headers={"If-Match": '"4"'}),
+            "batch": lambda u: client.post("/v1/batch", json={"operations": [
+                {"op": "thread.patch", "thread_id": u.rsplit("/", 1)[1], "if_match": '"4"',
+                 "body": {"history_limit": 0}}]}),
+        }[how](f"{url}-{how}")
+        assert (await lowered).status_code == 200, how
+        assert await history(client, f"{uid}-{how}") == [], how
+    thread = f"{uid}-patch"
+    writes = [
+        lambda: client.patch(f"{url}-patch", json={"state": {"a": 1}},
+                             headers={"If-Match": '"5"'}),
+        lambda: put(client, thread, {"b": 2}, 6),
+        lambda: client.post(f"{url}-patch/messages", json={"role": "user", "content": "x"}),
+        lambda: client.post("/v1/batch", json={"operations": [
+            {"op": "messages.append", "thread_id": thread, "if_match": '"8"',
+             "body": {"messages": [{"role": "user", "content": "y"}]}},
+            {"op": "thread.patch", "thread_id": thread, "if_match": '"9"',
+             "body": {"state": {"c": 3}, "metadata": {"m": 1}}}]}),
+        lambda: client.patch(f"{url}-patch", json={"history_limit": 0, "state": {"d": 4}},
+                             headers={"If-Match": '"10"'}),
+    ]
+    for write in writes:
+        assert (await write()).status_code in (200, 201)
+        assert await history(client, thread) == []
+    final = (await client.get(f"{url}-patch")).json()
+    assert (final["revision"], final["state"]) == (11, {"b": 2, "c": 3, "d": 4})
+    # Set to 0 at creation: nothing kept either; raised again, it keeps from there on.
+    await put(client, f"{uid}-new", {"n": 1}, history_limit=0)
+    await put(client, f"{uid}-new", {"n": 2}, 1)
+    assert await history(client, f"{uid}-new") == []
+    raised = await client.patch(f"{url}-new", json={"history_limit": 2, "state": {"n": 3}},
+                                headers={"If-Match": '"2"'})
+    assert raised.status_code == 200
+    assert await history(client, f"{uid}-new") == [(3, {"n": 3})]
+
+
+async def test_a_server_setting_lowered_to_0_prunes_at_the_next_write(
+        settings: Settings, uid: str) -> None:
+    """A thread without a limit of its own follows the server's setting, which may have been
+    higher when it was last written: its next write under 0 drops what was kept."""
+    async with running(settings.model_copy(update={"thread_history": 2})) as app, \
+            http_client(app) as client:
+        await put(client, uid, {"n": 1})
+        await put(client, uid, {"n": 2}, 1)
+        assert [r for r, _ in await history(client, uid)] == [2, 1]
+    async with running(settings.model_copy(update={"thread_history": 0})) as app, \
+            http_client(app) as client:
+        assert [r for r, _ in await history(client, uid)] == [2, 1]
+        await client.patch(f"/v1/threads/{uid}", json={"state": {"n": 3}},
+                           headers={"If-Match": '"2"'})
+        assert await history(client, uid) == []
+
+
 async def test_concurrent_writers_still_get_412(client: httpx.AsyncClient, uid: str) -> None:
     """Keeping history adds statements to a write; the check-and-increment stays atomic."""
     await put(client, uid, {"n": 0})

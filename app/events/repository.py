@@ -28,12 +28,11 @@ _SEQUENCE = text("SELECT agentstate_sequence_events(:tenant, :limit)")
 _OUT = (e.c.seq, e.c.at, e.c.type, e.c.thread_id, e.c.resource, e.c.revision, e.c.actor)
 
 
-@cache
-def _postgres_insert(count: int) -> Any:
-    """`count` rows in one statement, without a seq (the sequencer numbers them)."""
-    rows = [{name: bindparam(f"{name}_{i}", type_=e.c[name].type) for name in _COLUMNS}
-            for i in range(count)]
-    return insert(e).values(rows)
+# Rows without a seq (the sequencer numbers them), one parameter set a row: executed as an
+# executemany, so the statement is compiled once. A multi-row VALUES built per request is never
+# found in SQLAlchemy's compiled cache ("multivalues are simply not cacheable"): it was compiled
+# anew on every write.
+_POSTGRES_INSERT = insert(e)
 
 
 @cache
@@ -63,8 +62,8 @@ class EventRepository:
             await self.connection.execute(
                 _sqlite_insert(), [{f"v_{name}": row[name] for name in _COLUMNS} for row in rows])
             return
-        params = {f"{name}_{i}": row[name] for i, row in enumerate(rows) for name in _COLUMNS}
-        await self.connection.execute(_postgres_insert(len(rows)), params)
+        # In order: the ids the rows draw are the order the sequencer numbers them in.
+        await self.connection.execute(_POSTGRES_INSERT, rows)
 
     async def sequence(self) -> int:
         """Number the tenant's committed events that have no seq yet and return the tenant's

@@ -10,7 +10,8 @@ class MessageExists(Conflict):
 
 
 def refuse_taken(taken: str | None) -> None:
-    """409 for a client-chosen message id the thread already has (`MessageRepository.taken_id`)."""
+    """409 for a client-chosen message id the thread already has (as `MessageRepository.append`
+    or `taken_id` found it)."""
     if taken is not None:
         raise MessageExists(
             f"Message {taken!r} already exists in this thread; nothing was written.")

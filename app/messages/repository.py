@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from functools import cache
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -12,6 +13,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Text,
+    bindparam,
     case,
     cast,
     delete,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ids import new_id
@@ -48,6 +51,31 @@ _AS_STORED = [cast(m.c[name], Text).label(name) if isinstance(m.c[name].type, JS
               else m.c[name] for name in RENDERED_COLUMNS]
 
 
+@cache
+def _append(postgres: bool) -> Any:
+    """INSERT of an appended row that skips it if the thread has its id already and returns
+    the id if it stored it: the check for a taken id is the insert itself."""
+    return ((postgresql if postgres else sqlite).insert(m)
+            .on_conflict_do_nothing(index_elements=["thread_pk", "message_id"])
+            .returning(m.c.message_id))
+
+
+def checks_ids_on_insert(messages: Sequence[MessageIn]) -> bool:
+    """Whether `MessageRepository.append` finds a taken id itself, in its INSERT: for one
+    message without a parent link (an agent's usual append), one statement instead of two.
+    Other appends check with `taken_id` first: before their parent links are resolved (a
+    taken id is refused before a parent that is not found, as always), and a multi-row
+    INSERT ... RETURNING would be a new SQL text for every count, a statement asyncpg
+    prepares and caches per count."""
+    return len(messages) == 1 and messages[0].parent_id is None
+
+
+_TAKEN = (select(m.c.message_id)
+          .where(m.c.thread_pk == bindparam("pk"), m.c.tenant_id == bindparam("tenant"),
+                 m.c.message_id.in_(bindparam("ids", expanding=True)))
+          .limit(1))
+
+
 def _bound(key: Key) -> Any:
     # Typed BIGINT like the columns (a plain int binds as INTEGER on Postgres).
     return tuple_(*(literal(value, BigInteger) for value in key))
@@ -67,8 +95,7 @@ class MessageRepository:
         if not ids:
             return None
         taken: str | None = await self.connection.scalar(
-            select(m.c.message_id).where(self._thread(thread_pk), m.c.message_id.in_(ids)).limit(1)
-        )
+            _TAKEN, {"pk": thread_pk, "tenant": self.tenant_id, "ids": list(ids)})
         return taken
 
     def row(self, thread_pk: int, message: MessageIn, *, seq: int, position: int,
@@ -92,18 +119,27 @@ class MessageRepository:
         await self.connection.execute(insert(m), rows)
 
     async def append(self, thread: Any, messages: Sequence[MessageIn], now: datetime,
-                     parents: Sequence[Parent | None] = ()) -> list[SimpleNamespace]:
+                     parents: Sequence[Parent | None] = ()
+                     ) -> tuple[list[SimpleNamespace], str | None]:
         """Store `messages` as seqs `last_seq - n + 1 .. last_seq` of `thread`, the row the
         caller's UPDATE returned (it handed the seqs out and holds the row lock until commit),
-        in its revision. Returns the stored rows. The caller has checked that their ids are
-        free (`taken_id`)."""
+        in its revision. Returns the stored rows and, when the INSERT checks the ids itself
+        (`checks_ids_on_insert`), the id if the thread has it already: then nothing was
+        stored and the caller must refuse the request. Otherwise the caller has checked that
+        the ids are free (`taken_id`). Race-free: the caller holds the thread row lock."""
         first = thread.last_seq - len(messages) + 1
         rows = [self.row(thread.id, msg, seq=first + i, position=first + i,
                          revision=thread.revision, now=now,
                          parent=parents[i] if parents else None)
                 for i, msg in enumerate(messages)]
+        stored = [SimpleNamespace(**row) for row in rows]
+        if checks_ids_on_insert(messages):
+            stmt = _append(dialect_name(self.connection) == "postgresql")
+            if (await self.connection.execute(stmt, rows[0])).first() is None:
+                return stored, rows[0]["message_id"]
+            return stored, None
         await self.insert(rows)
-        return [SimpleNamespace(**row) for row in rows]
+        return stored, None
 
     async def get(self, thread_pk: int, message_id: str) -> AnyRow | None:
         return (await self.connection.execute(

@@ -31,7 +31,7 @@ from app.messages.errors import (
     refuse_taken,
 )
 from app.messages.parents import resolve_parents
-from app.messages.repository import MessageRepository
+from app.messages.repository import MessageRepository, checks_ids_on_insert
 from app.messages.schemas import (
     LINEAGE_CURSOR,
     MESSAGE_CURSOR,
@@ -76,9 +76,11 @@ class MessageService:
         # A thread that does not exist is created (API.md section 3).
         row = await self.threads.advance(thread_id, pre, seqs=count, live_delta=count,
                                          create=True)
-        refuse_taken(await self.repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
+        if not checks_ids_on_insert(messages):
+            refuse_taken(await self.repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
         parents = await resolve_parents(self.repo, row, messages, "/messages")
-        stored = await self.repo.append(row, messages, utcnow(), parents)
+        stored, taken = await self.repo.append(row, messages, utcnow(), parents)
+        refuse_taken(taken)
         self.uow.record("message.appended", messages_path(thread_id), revision=row.revision,
                         thread_id=thread_id)
         body = AppendOut(data=[MessageOut.from_row(r) for r in stored],

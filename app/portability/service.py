@@ -328,6 +328,7 @@ class _Bundle:
     counts: Counts = field(default_factory=Counts)
     refused: str | None = None
     last_seq: int = 0
+    history_limit: int | None = None
     stack: AsyncExitStack | None = None
     writer: ThreadWriter | None = None
     target: tuple[str, dict[str, int]] | None = None
@@ -444,7 +445,7 @@ class Importer:
         except RecordInvalid as exc:
             bundle.refused = f"{item.where}: thread.{exc}"
             return bundle
-        bundle.last_seq = record["last_seq"]
+        bundle.last_seq, bundle.history_limit = record["last_seq"], record["history_limit"]
         # A new thread (the common case) costs one INSERT; only a taken id is looked up.
         stack = AsyncExitStack()
         writer = ThreadWriter(await stack.enter_async_context(self.db.write()))
@@ -489,6 +490,10 @@ class Importer:
                 raise RecordInvalid("thread_id: not the thread it is filed under")
             if kind.name in ("message", "compaction") and record["seq"] > bundle.last_seq:
                 raise RecordInvalid(f"seq: {record['seq']} is beyond the thread's last_seq")
+            # The server keeps no history for such a thread, and its writes count on there
+            # being none (ThreadAggregate._keep): an export of it never has any.
+            if kind.name == "thread_revision" and bundle.history_limit == 0:
+                raise RecordInvalid("revision: the thread keeps no history (history_limit 0)")
         except RecordInvalid as exc:
             await self._discard(bundle)
             bundle.refused = f"{item.where}: {kind.name}.{exc}"

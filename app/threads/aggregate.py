@@ -49,9 +49,20 @@ class ThreadAggregate:
         limit: int | None = row.history_limit
         return self.settings.thread_history if limit is None else limit
 
-    async def _keep(self, row: AnyRow) -> AnyRow:
-        """Every write that sets the state or metadata keeps them in the thread's history."""
-        await self.repo.keep_history(row.id, row.revision, self.history_window(row))
+    async def _keep(self, row: AnyRow, values: dict[str, Any] | None = None) -> AnyRow:
+        """Every write that sets the state or metadata keeps them in the thread's history.
+
+        `values`, for a write to an existing thread, are the columns it set. A thread whose
+        own `history_limit` is 0, written without setting it, has no history to prune: the
+        write that set 0 pruned it, and no entry is kept while it is 0 (nor imported for such
+        a thread, app/portability/service.py), so its writes skip the DELETE. A limit of
+        None follows the server's setting, which may have been higher before a restart:
+        those threads are pruned as always."""
+        window = self.history_window(row)
+        if (window == 0 and row.history_limit == 0 and values is not None
+                and "history_limit" not in values):
+            return row
+        await self.repo.keep_history(row.id, row.revision, window)
         return row
 
     # --- reads -------------------------------------------------------------------------
@@ -116,7 +127,7 @@ class ThreadAggregate:
         row = await self.repo.advance(thread_id, values=values, expected=expected, seqs=seqs,
                                       live_delta=live_delta, returning=returning)
         if row is not None:
-            return await self._keep(row) if values else row
+            return await self._keep(row, values) if values else row
         if create and pre.if_match is None:
             # Also the path of a thread another request created since our UPDATE.
             await self.for_child_write(thread_id)
@@ -124,7 +135,7 @@ class ThreadAggregate:
                                           live_delta=live_delta, returning=returning)
             if row is None:  # deleted between the create and here
                 raise _deleted(thread_id)
-            return await self._keep(row) if values else row
+            return await self._keep(row, values) if values else row
         await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
 
     async def add_live(self, row: AnyRow, delta: int) -> None:
@@ -164,7 +175,7 @@ class ThreadAggregate:
         if updated is None:  # only if the lock was not held (cannot happen on either backend)
             await self.refuse(row.thread_id)
         self.record("updated", row.thread_id, updated.revision)
-        return await self._keep(updated)
+        return await self._keep(updated, values)
 
     async def for_child_write(self, thread_id: str, *, create: bool = True) -> AnyRow:
         """For writes to a thread's children that do not change its revision (agent states):

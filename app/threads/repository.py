@@ -75,6 +75,11 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
     return stmt.returning(*(t.c if returning == "all" else _KEYS))
 
 
+# A window of 0: the thread's whole history goes.
+_FORGET_HISTORY = delete(h).where(h.c.tenant_id == bindparam("tenant"),
+                                  h.c.thread_pk == bindparam("pk"))
+
+
 @cache
 def _keep_history(postgres: bool) -> tuple[Any, ...]:
     """Copy the thread's row as its newest history entry and drop the entries the window no
@@ -184,8 +189,8 @@ class ThreadRepository:
         """Record the thread's current state as revision `revision` of its history, keeping
         what the last `window` revisions need (0: keep nothing)."""
         if window <= 0:
-            await self.connection.execute(
-                delete(h).where(h.c.tenant_id == self.tenant_id, h.c.thread_pk == thread_pk))
+            await self.connection.execute(_FORGET_HISTORY,
+                                          {"tenant": self.tenant_id, "pk": thread_pk})
             return
         params = {"tenant": self.tenant_id, "pk": thread_pk, "revision": revision,
                   "oldest": revision - window + 1}

@@ -26,7 +26,7 @@ from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.messages.errors import refuse_taken
 from app.messages.parents import resolve_parents
-from app.messages.repository import MessageRepository
+from app.messages.repository import MessageRepository, checks_ids_on_insert
 from app.messages.schemas import (
     MESSAGE_CURSOR,
     MessageIn,
@@ -155,9 +155,11 @@ class ThreadService:
         if not messages:
             return
         repo = MessageRepository(self.uow.connection, self.uow.tenant_id)
-        refuse_taken(await repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
+        if not checks_ids_on_insert(messages):
+            refuse_taken(await repo.taken_id(row.id, [msg.id for msg in messages if msg.id]))
         parents = await resolve_parents(repo, row, messages, "/append_messages")
-        await repo.append(row, messages, utcnow(), parents)
+        _, taken = await repo.append(row, messages, utcnow(), parents)
+        refuse_taken(taken)
         self.uow.record("message.appended", messages_path(row.thread_id),
                         revision=row.revision, thread_id=row.thread_id)
 
