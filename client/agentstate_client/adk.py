@@ -38,10 +38,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from agentstate_client._api import _thread_path
+from agentstate_client._appending import send_once
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
-    APIConnectionError,
     MessageExists,
     NotFound,
     PreconditionFailed,
@@ -73,7 +73,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentStateSessionService"]
 
 PAGE = 1000  # messages per read, the server's maximum
-MAX_ATTEMPTS = 3  # sends of an append whose connection failed
 
 
 def session_thread(app_name: str, user_id: str, session_id: str) -> str:
@@ -334,7 +333,7 @@ class AgentStateSessionService(BaseSessionService):
                                               "item": item}]}},
                *self._scope_ops(session.app_name, session.user_id, deltas)]
         try:
-            results = await self._send(ops, thread_id, encode_id(event.id))
+            results = await send_once(self.client, ops, thread_id, encode_id(event.id))
         except MessageExists:
             # This very event is stored already (a repeated append, or a retry whose first
             # answer was lost): nothing more to write; the session is at the stored revision.
@@ -356,7 +355,7 @@ class AgentStateSessionService(BaseSessionService):
             self._scopes.clear()
             await self._ensure(app_thread(session.app_name))
             await self._ensure(user_thread(session.app_name, session.user_id))
-            results = await self._send(ops, thread_id, encode_id(event.id))
+            results = await send_once(self.client, ops, thread_id, encode_id(event.id))
         if results is None:  # stored by an attempt whose answer was lost
             marker = str((await self.client.get_thread(thread_id)).revision)
         else:
@@ -364,24 +363,6 @@ class AgentStateSessionService(BaseSessionService):
         session._storage_update_marker = marker
         session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
-
-    async def _send(self, ops: list[dict[str, Any]], thread_id: str,
-                    message_id: str) -> list[dict[str, Any]] | None:
-        """An append's batch, without an Idempotency-Key (the event's id is its message id,
-        which makes a repeat `MessageExists`, so none is needed), sent again when the
-        connection failed, unless the lost attempt was stored: then None."""
-        for attempt in range(MAX_ATTEMPTS):
-            try:
-                return await self.client.batch(ops, keyed=False)
-            except APIConnectionError:
-                if attempt == MAX_ATTEMPTS - 1:
-                    raise
-                try:
-                    await self.client.get_message(thread_id, message_id)
-                except NotFound:
-                    continue
-                return None
-        raise AssertionError("unreachable")
 
     @staticmethod
     def _role(event: Event) -> str:

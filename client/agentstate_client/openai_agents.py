@@ -18,14 +18,18 @@ How a session is kept:
   every item and keeps the (empty) thread, so the session can be used again at once.
 
 Items go in batches of 100 per request (the server's default limit): `add_items` of more is
-several appends, each retried safely with its own Idempotency-Key.
+several appends. Each item is stored under a fresh message id (`item-<uuid>`), so a batch
+whose answer was lost is sent again without an Idempotency-Key and can never be stored twice
+(`agentstate_client._appending`).
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentstate_client._appending import send_once
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import NotFound
 from agentstate_client.ids import encode_id
@@ -114,9 +118,13 @@ class AgentStateSession:
 
     async def add_items(self, items: Sequence[Any]) -> None:
         """Append `items` in order (nothing for an empty list)."""
-        messages = [{"role": _role(item), "content": None, "item": item} for item in items]
+        messages = [{"id": f"item-{uuid.uuid4().hex}", "role": _role(item), "content": None,
+                     "item": item} for item in items]
         for start in range(0, len(messages), BATCH):
-            await self.client.append_messages(self.thread_id, messages[start:start + BATCH])
+            chunk = messages[start:start + BATCH]
+            await send_once(self.client, [{"op": "messages.append", "thread_id": self.thread_id,
+                                           "body": {"messages": chunk}}],
+                            self.thread_id, chunk[0]["id"])
 
     async def pop_item(self) -> Any | None:
         """Remove the newest item and return it; None if the session is empty."""

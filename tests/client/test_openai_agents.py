@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import httpx
 import pytest
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.openai_agents import AgentStateSession
@@ -16,6 +17,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
+from fastapi import FastAPI
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -165,3 +167,37 @@ async def test_more_than_a_batch_and_session_settings(api: AsyncAgentStateClient
     await differential(ours, theirs, [("add", many), ("get", None), ("get", 240)])
     assert len(await ours.get_items(-1)) == 250
     assert await ours.get_items() == many[-3:]
+
+
+class LosesBatchAnswers(httpx.AsyncBaseTransport):
+    """Delivers every request; the answers to the first `lose` appends are lost on the way
+    back (after the server committed them), and one further append never reaches it."""
+
+    def __init__(self, app: FastAPI, lose: int) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.lose = lose
+        self.appends = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/batch" and self.appends == self.lose:
+            self.appends += 1
+            raise httpx.ConnectError("refused", request=request)
+        response = await self.inner.handle_async_request(request)
+        if request.url.path == "/v1/batch" and self.appends < self.lose:
+            self.appends += 1
+            await response.aread()
+            raise httpx.ReadError("connection reset", request=request)
+        return response
+
+
+async def test_an_append_whose_answer_was_lost_is_stored_once(app: FastAPI, uid: str) -> None:
+    """No Idempotency-Key: the items' own ids make a lost answer's resend harmless, and an
+    append that never arrived is sent again."""
+    transport = LosesBatchAnswers(app, lose=1)
+    async with AsyncAgentStateClient("http://agentstate.test", transport=transport) as client:
+        session = AgentStateSession(uid, client=client)
+        await session.add_items(ITEMS[:2])  # stored; its answer lost
+        await session.add_items(ITEMS[2:4])  # refused at connect, then sent again
+        await session.add_items(ITEMS[4:5])
+        assert transport.appends == 2
+        assert await session.get_items() == ITEMS[:5]
