@@ -64,6 +64,7 @@ def test_an_open_server_answers_only_loopback_host_names(tmp_path: Path) -> None
             if status == 400:
                 assert answer.headers["content-type"] == "application/problem+json"
                 assert answer.json()["code"] == "host_not_allowed"
+                assert answer.json()["instance"] == "/v1/threads"
                 assert "AGENTSTATE_ALLOWED_HOSTS" in answer.json()["detail"]
     with ServerProcess(url, env={"AGENTSTATE_ALLOWED_HOSTS": "state.internal"}) as server:
         for host, status in (("state.internal", 200), ("rebound.example", 400),
@@ -194,6 +195,7 @@ def test_oversized_headers_and_too_many_connections_are_refused(tmp_path: Path) 
         big = httpx.get(f"{server.base_url}/healthz", headers={"X-Big": "x" * 20_000},
                         timeout=10)
         assert big.status_code == 431, big.status_code
+        assert big.json()["code"] == "headers_too_large" and big.json()["instance"] == "/healthz"
         trickled = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         try:  # a head that grows past the limit while it arrives: h11 refuses it
             trickled.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")

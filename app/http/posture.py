@@ -30,10 +30,12 @@ def install_posture(app: Any, settings: Settings) -> None:
     app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
 
 
-async def _refuse(send: Send, status: int, code: str, title: str, detail: str) -> None:
+async def _refuse(scope: Scope, send: Send, status: int, code: str, title: str,
+                  detail: str) -> None:
     """A problem+json answer from in front of the application, closing the connection."""
     body = json.dumps({"type": f"urn:agentstate:problem:{code}", "title": title,
-                       "status": status, "code": code, "detail": detail}).encode()
+                       "status": status, "detail": detail, "instance": scope["path"],
+                       "code": code}, separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()),
@@ -67,7 +69,7 @@ class TrustedHosts:
         if probe.get("agentstate.host_passed"):
             await self.app(scope, receive, send)
         else:
-            await _refuse(send, 400, "host_not_allowed", "Bad Request",
+            await _refuse(scope, send, 400, "host_not_allowed", "Bad Request",
                           "The Host header names no host this server answers for; an "
                           "operator can add it to AGENTSTATE_ALLOWED_HOSTS.")
 
@@ -82,7 +84,8 @@ class HeaderLimit:
             # Header fields only: a long request target is the application's 414.
             size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
             if size > self.max_bytes:
-                await _refuse(send, 431, "headers_too_large", "Request Header Fields Too Large",
+                await _refuse(scope, send, 431, "headers_too_large",
+                              "Request Header Fields Too Large",
                               "The request head is larger than this server accepts.")
                 return
         await self.app(scope, receive, send)
