@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import signal
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -54,6 +58,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await start(app, settings, db)
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
+            if getattr(app.state, "strict_start", False):  # served by `agentstate serve`
+                _on_stop_signal(feed.close_watchers)
             if settings.sweep_enabled:
                 sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
                 sweeper.start()
@@ -95,6 +101,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router)
     install_openapi(app)
     return app
+
+
+def _on_stop_signal(callback: Callable[[], None]) -> None:
+    """Also run `callback` in the event loop when SIGTERM or SIGINT arrives, after the handler
+    uvicorn installed (which begins the graceful shutdown, then waits for open responses):
+    so the feed ends its streams at once instead of holding the shutdown. uvicorn puts the
+    handlers it replaced back when it stops."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        before = signal.getsignal(sig)
+
+        def handler(number: int, frame: FrameType | None, before: Any = before) -> None:
+            if callable(before):
+                before(number, frame)
+            loop.call_soon_threadsafe(callback)
+
+        signal.signal(sig, handler)
 
 
 def serve_app() -> FastAPI:

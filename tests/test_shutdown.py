@@ -11,6 +11,7 @@ import asyncio
 import re
 import signal
 import socket
+from typing import Any
 
 import httpx
 import pytest
@@ -74,3 +75,35 @@ async def test_sigterm_drains_in_flight_requests(database_url: str, uid: str, wo
     with ServerProcess(database_url) as after:
         stored = httpx.get(f"{after.base_url}/v1/threads/{thread_id}", timeout=10)
     assert stored.status_code == 200 and stored.json()["state"] == {"n": 1}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_sigterm_ends_open_streams_and_long_polls(database_url: str, workers: int) -> None:
+    """Watchers never end by themselves: on SIGTERM the server ends their streams (clients
+    resume elsewhere from their cursor) instead of holding its shutdown until the graceful
+    timeout and then cutting them off."""
+    server = ServerProcess(database_url, args=("--workers", str(workers),
+                                               "--graceful-timeout", "60"))
+    with server:
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
+            async with client.stream("GET", "/v1/events/stream",
+                                     headers={"Accept": "text/event-stream"}) as stream:
+                lines = stream.aiter_lines()
+                assert await anext(lines) == "retry: 1000"
+                poll = asyncio.create_task(client.get("/v1/events", params={"wait": 50}))
+                await asyncio.sleep(0.5)  # the poll is waiting on the feed
+                assert server.process is not None
+                server.process.send_signal(signal.SIGTERM)
+                # Well within the 60 s graceful timeout: the stream ends cleanly and the
+                # poll answers (empty), both within the client's 30 s.
+                rest = await asyncio.wait_for(_drain(lines), 30)
+                answered = await asyncio.wait_for(poll, 30)
+        assert all(line in ("", ": keep-alive") for line in rest), rest
+        assert answered.status_code == 200 and answered.json()["data"] == []
+        assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
+    assert "timeout graceful shutdown exceeded" not in server.logs()
+    assert "Traceback" not in server.logs()
+
+
+async def _drain(lines: Any) -> list[str]:
+    return [line async for line in lines]

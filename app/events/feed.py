@@ -44,6 +44,9 @@ class Feed:
         self._reads: dict[Hashable, asyncio.Future[Any]] = {}
         self._tick: asyncio.Task[None] | None = None
         self.listener: Listener | None = None
+        # The server is shutting down: streams and long polls end instead of holding the
+        # shutdown until its graceful timeout (clients resume elsewhere from their cursor).
+        self.closing = False
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -104,6 +107,11 @@ class Feed:
     def wake_all(self) -> None:
         for tenant in list(self._signals):
             self.wake(tenant)
+
+    def close_watchers(self) -> None:
+        """End every stream and long poll now (see `closing`)."""
+        self.closing = True
+        self.wake_all()
 
     async def shared(self, key: Hashable, read: Callable[[], Awaitable[Any]]) -> Any:
         """`read()`, or the result of the same read (same `key`) already in flight: a wake-up

@@ -150,7 +150,7 @@ class EventWatch:
                 signal = self.feed.signal(self.tenant)  # before the read: no lost wake-up
                 page = (await self._page(start, limit, filters, signal)).page
                 remaining = deadline - loop.time()
-                if page.data or remaining <= 0:
+                if page.data or remaining <= 0 or self.feed.closing:
                     return page
                 try:
                     await asyncio.wait_for(signal.wait(), remaining)
@@ -164,7 +164,7 @@ class EventWatch:
         heartbeat = self.settings.events_heartbeat_seconds
         yield "retry: 1000\n\n"
         with self.feed.watching(self.tenant):
-            while True:
+            while not self.feed.closing:  # the server stops: the client reconnects elsewhere
                 signal = self.feed.signal(self.tenant)
                 rendered = await self._page(start, 100, filters, signal)
                 page = rendered.page
