@@ -135,12 +135,16 @@ class _Api:
 
     @operation
     def create_thread(self, thread_id: str | None = None, *, state: JsonObject | None = None,
-                      metadata: JsonObject | None = None) -> Op[Thread]:
+                      metadata: JsonObject | None = None, history_limit: int | None = None,
+                      ttl_seconds: int | None = None) -> Op[Thread]:
         """Create a thread (`POST /v1/threads`); omit `thread_id` for a server-made `thr_...` id.
+        `history_limit`: revisions of state history kept (default: the server's setting);
+        `ttl_seconds`: deleted that long after its last write (default: never).
 
         Raises `ThreadExists` if a live thread has that id.
         """
-        body = drop_none(thread_id=thread_id, state=state, metadata=metadata)
+        body = drop_none(thread_id=thread_id, state=state, metadata=metadata,
+                         history_limit=history_limit, ttl_seconds=ttl_seconds)
         return Thread.from_json((yield from self._core.json(Request("POST", "/v1/threads",
                                                                     json=body))))
 
@@ -178,16 +182,20 @@ class _Api:
     def put_thread(self, thread_id: str, state: JsonObject, *,
                    metadata: JsonObject | None = None,
                    append_messages: Sequence[Mapping[str, Any]] | None = None,
-                   if_match: ETagValue | None = None, create_only: bool = False) -> Op[Thread]:
-        """Create or replace a thread's state (`PUT`). Omitted `metadata` is kept.
-        `append_messages` are appended in the same transaction and revision.
+                   if_match: ETagValue | None = None, create_only: bool = False,
+                   history_limit: int | None = None,
+                   ttl_seconds: int | None = None) -> Op[Thread]:
+        """Create or replace a thread's state (`PUT`). Omitted `metadata`, `history_limit` and
+        `ttl_seconds` are kept. `append_messages` are appended in the same transaction and
+        revision.
 
         Replacing an existing thread needs `if_match` (a revision, an ETag or `"*"`);
         `create_only=True` sends `If-None-Match: *`. Raises `RevisionMismatch` /
         `AlreadyExists` (412, with `current_revision`), `PreconditionRequired` (428),
         `ThreadDeleted` (410).
         """
-        body = drop_none(state=state, metadata=metadata,
+        body = drop_none(state=state, metadata=metadata, history_limit=history_limit,
+                         ttl_seconds=ttl_seconds,
                          append_messages=list(append_messages) if append_messages else None)
         return Thread.from_json((yield from self._core.json(Request(
             "PUT", _thread_path(thread_id), json=body,
@@ -197,11 +205,14 @@ class _Api:
     def patch_thread(self, thread_id: str, *, state: JsonObject | None = None,
                      metadata: JsonObject | None = None,
                      append_messages: Sequence[Mapping[str, Any]] | None = None,
-                     if_match: ETagValue | None = None) -> Op[Thread]:
+                     if_match: ETagValue | None = None, history_limit: int | None = None,
+                     ttl_seconds: int | None = None) -> Op[Thread]:
         """Merge-patch (RFC 7396) a thread's `state` and/or `metadata`: members set to
-        `None` are removed, objects merge. `append_messages` are appended in the same
-        transaction and revision. Precondition rules as `put_thread`."""
-        body = drop_none(state=state, metadata=metadata,
+        `None` are removed, objects merge. `history_limit` and `ttl_seconds` replace the
+        stored ones when given. `append_messages` are appended in the same transaction and
+        revision. Precondition rules as `put_thread`."""
+        body = drop_none(state=state, metadata=metadata, history_limit=history_limit,
+                         ttl_seconds=ttl_seconds,
                          append_messages=list(append_messages) if append_messages else None)
         return Thread.from_json((yield from self._core.json(Request(
             "PATCH", _thread_path(thread_id), json=body, headers=_conditions(if_match),

@@ -87,6 +87,8 @@ class Thread(_Revisioned):
     created_at: datetime
     updated_at: datetime
     message_count: int = 0
+    history_limit: int | None = None  # None: the server's setting
+    ttl_seconds: int | None = None  # None: no time to live
     messages: list[Message] | None = None
     messages_next_cursor: str | None = None
 

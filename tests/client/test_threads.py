@@ -56,6 +56,7 @@ def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None
                                   append_messages=[{"role": "user", "content": "with it"}])
     assert patched.state == {"step": 1, "note": "x"} and patched.metadata == {"k": 1}
     assert patched.revision == 3 and patched.message_count == 1
+    assert (patched.history_limit, patched.ttl_seconds) == (None, None)
     assert [m.content for m in client.list_messages(thread.thread_id).data] == ["with it"]
 
     with pytest.raises(AlreadyExists) as already:
@@ -69,6 +70,13 @@ def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None
         client.put_thread(thread.thread_id, {}, if_match="*")
     fresh = client.put_thread(thread.thread_id, {"again": True}, create_only=True)
     assert fresh.revision == 5, "revisions continue after the deletion's"
+    kept = client.patch_thread(thread.thread_id, history_limit=2, ttl_seconds=3600,
+                               if_match=fresh.revision)
+    assert (kept.history_limit, kept.ttl_seconds, kept.state) == (2, 3600, fresh.state)
+    replaced = client.put_thread(thread.thread_id, {"n": 1}, if_match=kept.revision)
+    assert (replaced.history_limit, replaced.ttl_seconds) == (2, 3600), "omitted: kept"
+    made = client.create_thread(state={}, history_limit=0, ttl_seconds=60)
+    assert (made.history_limit, made.ttl_seconds) == (0, 60)
 
 
 def test_server_generated_id_and_validation_errors(client: AgentStateClient) -> None:
