@@ -220,12 +220,35 @@ async def test_list_pagination_and_filters(client: httpx.AsyncClient, uid: str) 
     assert sorted(t["thread_id"] for t in later.json()["data"]) == sorted(ids[4:])
 
 
+async def test_list_reads_named_threads_in_one_request(client: httpx.AsyncClient,
+                                                      uid: str) -> None:
+    for name in ("a", "b", "c", "gone"):
+        created = await client.post("/v1/threads", json={"thread_id": f"{uid}-{name}",
+                                                         "state": {"name": name}})
+        assert created.status_code == 201
+    assert (await client.delete(f"/v1/threads/{uid}-gone",
+                                headers={"If-Match": "*"})).status_code == 204
+    asked = [f"{uid}-c", f"{uid}-a", f"{uid}-missing", f"{uid}-gone"]
+    listed = await client.get("/v1/threads", params={"thread_id": asked})
+    assert listed.status_code == 200, listed.text
+    assert [t["state"]["name"] for t in listed.json()["data"]] == ["c", "a"], \
+        "the live ones among them, newest first; missing and deleted ids are left out"
+    paged = await client.get("/v1/threads", params={"thread_id": asked, "limit": 1})
+    assert [t["thread_id"] for t in paged.json()["data"]] == [f"{uid}-c"]
+    rest = await client.get("/v1/threads", params={"thread_id": asked, "limit": 1,
+                                                   "cursor": paged.json()["next_cursor"]})
+    assert [t["thread_id"] for t in rest.json()["data"]] == [f"{uid}-a"]
+    assert rest.json()["has_more"] is False
+
+
 async def test_list_bad_parameters(client: httpx.AsyncClient) -> None:
     for params, status, code in [
         ({"limit": 0}, 422, None), ({"limit": 101}, 422, None),
         ({"metadata": "[1]"}, 422, "validation_failed"), ({"metadata": "{oops"}, 422, None),
         ({"cursor": "garbage"}, 400, "invalid_cursor"),
         ({"updated_after": "yesterday"}, 422, None),
+        ({"thread_id": [f"t{i}" for i in range(101)]}, 422, None),
+        ({"thread_id": ".hidden"}, 422, None),
     ]:
         r = await client.get("/v1/threads", params=params)
         assert r.status_code == status, (params, r.text)

@@ -236,9 +236,13 @@ class ThreadRepository:
 
     async def page(self, *, limit: int, after: tuple[datetime, str] | None,
                    metadata: dict[str, Any] | None, updated_after: datetime | None,
-                   order_by: Literal["created_at", "updated_at"] = "created_at") -> list[AnyRow]:
-        """Live threads, newest first by `order_by`, keyset-paged on (that time, thread_id)."""
+                   order_by: Literal["created_at", "updated_at"] = "created_at",
+                   thread_ids: list[str] | None = None) -> list[AnyRow]:
+        """Live threads (among `thread_ids`, when given), newest first by `order_by`,
+        keyset-paged on (that time, thread_id)."""
         stmt = select(t).where(t.c.tenant_id == self.tenant_id, t.c.deleted_at.is_(None))
+        if thread_ids:
+            stmt = stmt.where(t.c.thread_id.in_(thread_ids))
         if metadata:
             stmt = stmt.where(json_contains(self.connection, t.c.metadata, metadata))
         if updated_after is not None:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
 from app.core.revisions import etag
-from app.core.schemas import AwareTimestamp
+from app.core.schemas import AwareTimestamp, Name
 from app.http.dependencies import Reader, SettingsDep, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param
@@ -49,10 +49,13 @@ async def list_threads(
         description="RFC 3339 timestamp with an offset (Z or +hh:mm); none is 422.")] = None,
     order_by: Annotated[Literal["created_at", "updated_at"], Query(
         description="Newest first by creation (default) or by last change.")] = "created_at",
+    thread_id: Annotated[list[Name] | None, Query(
+        max_length=100, description="Only these threads (repeat the parameter, up to 100): "
+        "several threads read in one request.")] = None,
 ) -> Page[ThreadOut]:
     page = await ThreadService(uow, settings).list(
         limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata, settings.max_json_depth),
-        updated_after=updated_after, order_by=order_by,
+        updated_after=updated_after, order_by=order_by, thread_ids=thread_id,
     )
     return linked(request, response, page)
 

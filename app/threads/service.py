@@ -188,8 +188,8 @@ class ThreadService:
 
     async def list(self, *, limit: int, cursor: str | None, metadata: dict[str, Any] | None,
                    updated_after: datetime | None,
-                   order_by: Literal["created_at", "updated_at"] = "created_at"
-                   ) -> Page[ThreadOut]:
+                   order_by: Literal["created_at", "updated_at"] = "created_at",
+                   thread_ids: list[str] | None = None) -> Page[ThreadOut]:
         # Each order has its own cursor kind: a cursor of one is refused by the other.
         kind = CURSOR if order_by == "created_at" else f"{CURSOR}_by_{order_by}"
         after = decode_cursor(kind, cursor, 2)
@@ -198,7 +198,8 @@ class ThreadService:
         except (TypeError, ValueError):
             raise bad_cursor() from None
         rows = await self.repo.page(limit=limit + 1, after=key, metadata=metadata,
-                                    updated_after=updated_after, order_by=order_by)
+                                    updated_after=updated_after, order_by=order_by,
+                                    thread_ids=thread_ids)
         return split_page(kind, rows, limit,
                           lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
                           ThreadOut.from_row, max_bytes=self.settings.max_page_bytes)

@@ -166,13 +166,17 @@ class _Api:
     def list_threads(self, *, metadata: JsonObject | None = None,
                      updated_after: datetime | str | None = None, limit: int | None = None,
                      cursor: str | None = None,
-                     order_by: Literal["created_at", "updated_at"] | None = None
-                     ) -> Op[Page[Thread]]:
+                     order_by: Literal["created_at", "updated_at"] | None = None,
+                     thread_ids: Sequence[str] | None = None) -> Op[Page[Thread]]:
         """One page of threads, newest first by creation (or by last change, with
-        `order_by="updated_at"`); `metadata` filters by JSON containment."""
+        `order_by="updated_at"`); `metadata` filters by JSON containment, `thread_ids` (up
+        to 100) reads those threads in one request (the ones that exist)."""
+        if thread_ids is not None and not thread_ids:
+            return Page(data=[], next_cursor=None, has_more=False)
         params = drop_none(metadata=json.dumps(metadata) if metadata is not None else None,
                            updated_after=_timestamp(updated_after), limit=limit, cursor=cursor,
-                           order_by=order_by)
+                           order_by=order_by,
+                           thread_id=list(thread_ids) if thread_ids is not None else None)
         return _page(Thread, (yield from self._core.json(Request("GET", "/v1/threads",
                                                                  params=params))))
 

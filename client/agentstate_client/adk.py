@@ -156,11 +156,15 @@ class AgentStateSessionService(BaseSessionService):
             pass
         self._scopes.add(thread_id)
 
-    async def _scoped(self, thread_id: str) -> dict[str, Any]:
-        try:
-            return unwrap((await self.client.get_thread(thread_id)).state)
-        except NotFound:
-            return {}
+    async def _states(self, thread_ids: list[str]) -> list[dict[str, Any]]:
+        """The ADK state kept in each of these app or user threads ({} for one that does not
+        exist), read 100 threads a request."""
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(thread_ids), 100):
+            chunk = thread_ids[start:start + 100]
+            page = await self.client.list_threads(thread_ids=chunk, limit=len(chunk))
+            found.update((thread.thread_id, unwrap(thread.state)) for thread in page.data)
+        return [found.get(thread_id, {}) for thread_id in thread_ids]
 
     def _scope_ops(self, app_name: str, user_id: str,
                    deltas: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -176,8 +180,8 @@ class AgentStateSessionService(BaseSessionService):
                      scopes: tuple[dict[str, Any], dict[str, Any]] | None = None) -> Session:
         """The session with its app's and user's state (read now, unless `scopes` holds them
         read already)."""
-        app, user = scopes or await asyncio.gather(
-            self._scoped(app_thread(app_name)), self._scoped(user_thread(app_name, user_id)))
+        app, user = scopes or await self._states([app_thread(app_name),
+                                                  user_thread(app_name, user_id)])
         for key, value in app.items():
             session.state[State.APP_PREFIX + key] = value
         for key, value in user.items():
@@ -185,7 +189,7 @@ class AgentStateSessionService(BaseSessionService):
         return session
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
-        return await self._scoped(user_thread(app_name, user_id))
+        return (await self._states([user_thread(app_name, user_id)]))[0]
 
     # --- sessions ------------------------------------------------------------------------
 
@@ -226,11 +230,11 @@ class AgentStateSessionService(BaseSessionService):
         thread_id = session_thread(app_name, user_id, session_id.strip())
         recent = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
-        # The app's and user's state are read alongside the session, not after it: one
-        # round trip of latency instead of two (a session that turns out missing wastes two
-        # small reads).
-        scopes = asyncio.gather(self._scoped(app_thread(app_name)),
-                                self._scoped(user_thread(app_name, user_id)))
+        # The app's and user's state are read (in one request) alongside the session, not
+        # after it: one round trip of latency instead of two (a session that turns out
+        # missing wastes a small read).
+        scopes = asyncio.ensure_future(self._states([app_thread(app_name),
+                                                     user_thread(app_name, user_id)]))
         thread: Thread | _StoredSession
         try:
             if recent is None and after is None:
@@ -285,9 +289,8 @@ class AgentStateSessionService(BaseSessionService):
         threads = [thread async for thread in self.client.iter_threads(
             metadata=metadata, order_by="updated_at", limit=100)]
         users = sorted({t.metadata["user_id"] for t in threads})
-        app, *states = await asyncio.gather(
-            self._scoped(app_thread(app_name)),
-            *(self._scoped(user_thread(app_name, user)) for user in users))
+        app, *states = await self._states([app_thread(app_name),
+                                           *(user_thread(app_name, user) for user in users)])
         by_user = dict(zip(users, states))
         sessions = []
         for thread in threads:

@@ -99,6 +99,9 @@ def test_list_and_iterate_with_filters(client: AgentStateClient, uid: str) -> No
     later = client.list_threads(metadata={"batch": uid},
                                 updated_after=datetime.now().astimezone() + timedelta(hours=1))
     assert later.data == [] and not later.has_more
+    named = client.list_threads(thread_ids=[ids[1], f"nope-{uid}", ids[3]])
+    assert [t.thread_id for t in named.data] == [ids[3], ids[1]]
+    assert client.list_threads(thread_ids=[]).data == [], "none asked, none read"
 
 
 def test_update_thread_applies_fn_and_creates_on_request(client: AgentStateClient,
