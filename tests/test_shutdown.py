@@ -78,19 +78,23 @@ async def test_sigterm_drains_in_flight_requests(database_url: str, uid: str, wo
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-async def test_sigterm_ends_open_streams_and_long_polls(database_url: str, workers: int) -> None:
+async def test_sigterm_ends_open_streams_and_long_polls(database_url: str, uid: str,
+                                                        workers: int) -> None:
     """Watchers never end by themselves: on SIGTERM the server ends their streams (clients
     resume elsewhere from their cursor) instead of holding its shutdown until the graceful
-    timeout and then cutting them off."""
+    timeout and then cutting them off. Both watch a thread nothing writes (the database is
+    shared with other tests), so they would wait."""
     server = ServerProcess(database_url, args=("--workers", str(workers),
                                                "--graceful-timeout", "60"))
+    quiet = {"thread_id": f"quiet-{uid}"}
     with server:
         async with httpx.AsyncClient(base_url=server.base_url, timeout=60) as client:
-            async with client.stream("GET", "/v1/events/stream",
+            async with client.stream("GET", "/v1/events/stream", params=quiet,
                                      headers={"Accept": "text/event-stream"}) as stream:
                 lines = stream.aiter_lines()
                 assert await anext(lines) == "retry: 1000"
-                poll = asyncio.create_task(client.get("/v1/events", params={"wait": 50}))
+                poll = asyncio.create_task(client.get("/v1/events",
+                                                      params={**quiet, "wait": 50}))
                 await asyncio.sleep(0.5)  # the poll is waiting on the feed
                 assert server.process is not None
                 server.process.send_signal(signal.SIGTERM)
