@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from agentstate_client._api import _thread_path
-from agentstate_client._appending import send_once
+from agentstate_client._adapters import OwnsClient, send_once
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -123,7 +123,7 @@ def _revision(result: Mapping[str, Any]) -> int:
     return int(str(result["etag"]).strip('"'))
 
 
-class AgentStateSessionService(BaseSessionService):
+class AgentStateSessionService(OwnsClient, BaseSessionService):
     """ADK's `BaseSessionService` on an agentstate server (see the module docstring).
 
     Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
@@ -132,15 +132,9 @@ class AgentStateSessionService(BaseSessionService):
 
     def __init__(self, *, base_url: str | None = None, api_key: str | None = None,
                  client: AsyncAgentStateClient | None = None) -> None:
-        self._owns_client = client is None
-        self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
+        self._use_client(base_url, api_key, client)
         # App and user threads known to exist, so a create needs no read to make sure.
         self._scopes: set[str] = set()
-
-    async def close(self) -> None:
-        """Close the client if the service created it."""
-        if self._owns_client:
-            await self.client.aclose()
 
     # --- scoped state --------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ How a session is kept:
 Items go in batches of 100 per request (the server's default limit): `add_items` of more is
 several appends. Each item is stored under a fresh message id (`item-<uuid>`), so a batch
 whose answer was lost is sent again without an Idempotency-Key and can never be stored twice
-(`agentstate_client._appending`).
+(`agentstate_client._adapters`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentstate_client._appending import send_once
+from agentstate_client._adapters import OwnsClient, send_once
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import NotFound
 from agentstate_client.ids import encode_id
@@ -54,7 +54,7 @@ def _role(item: Any) -> str:
     return "item"
 
 
-class AgentStateSession:
+class AgentStateSession(OwnsClient):
     """The openai-agents `Session` protocol on an agentstate thread (see the module docstring).
 
     Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
@@ -68,8 +68,7 @@ class AgentStateSession:
                  session_settings: SessionSettings | None = None) -> None:
         self.session_id = session_id
         self.thread_id = encode_id(session_id)
-        self._owns_client = client is None
-        self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
+        self._use_client(base_url, api_key, client)
         if session_settings is None:
             try:
                 from agents.memory.session_settings import SessionSettings
@@ -78,17 +77,6 @@ class AgentStateSession:
             else:
                 session_settings = SessionSettings()
         self.session_settings = session_settings
-
-    async def close(self) -> None:
-        """Close the client if the session created it."""
-        if self._owns_client:
-            await self.client.aclose()
-
-    async def __aenter__(self) -> AgentStateSession:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     def _limit(self, limit: int | None) -> int | None:
         if limit is not None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agentstate_client._adapters import OwnsClient
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     MessageAmbiguous,
@@ -62,7 +63,6 @@ try:
         ConversationStore,
     )
     from pydantic_ai.messages import ModelMessagesTypeAdapter
-    from typing_extensions import Self  # pydantic's dependency; typing.Self is 3.11+
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError("AgentStateConversationStore needs pydantic-ai: "
                       "pip install 'agentstate-client[pydantic-ai]'") from exc
@@ -106,7 +106,7 @@ def _entry(message: Message) -> ConversationEntry:
         message=ModelMessagesTypeAdapter.validate_python([item["message"]])[0])
 
 
-class AgentStateConversationStore(ConversationStore):
+class AgentStateConversationStore(OwnsClient, ConversationStore):
     """pydantic-ai's `ConversationStore` on an agentstate server (see the module docstring).
 
     Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
@@ -118,24 +118,12 @@ class AgentStateConversationStore(ConversationStore):
     def __init__(self, *, base_url: str | None = None, api_key: str | None = None,
                  namespace: str = "default", client: AsyncAgentStateClient | None = None) -> None:
         self.namespace = namespace
-        self._owns_client = client is None
-        self.client = client or AsyncAgentStateClient(base_url, api_key=api_key)
+        self._use_client(base_url, api_key, client)
         # Per conversation thread, what this store last saw (`Seen`): the record revision and
         # the thread revision it was at, so a write names the thread revision in If-Match
         # without reading the thread again. Record revisions are unique (uuid7), so a stale
         # entry can only make a write fail its If-Match, never pass it wrongly.
         self._seen: dict[str, Seen] = {}
-
-    async def close(self) -> None:
-        """Close the client if the store created it."""
-        if self._owns_client:
-            await self.client.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     def thread_id(self, conversation_id: str) -> str:
         """The agentstate thread that holds a conversation."""
