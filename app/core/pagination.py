@@ -105,10 +105,13 @@ class RenderedPage:
     def data_json(self) -> str:
         return "[" + ",".join(self.items) + "]"
 
+    def cursor_json(self) -> str:
+        return json.dumps(self.next_cursor)
+
     def json(self) -> str:
-        cursor = "null" if self.next_cursor is None else json.dumps(self.next_cursor)
         more = "true" if self.has_more else "false"
-        return f'{{"data":{self.data_json()},"next_cursor":{cursor},"has_more":{more}}}'
+        return (f'{{"data":{self.data_json()},"next_cursor":{self.cursor_json()},'
+                f'"has_more":{more}}}')
 
 
 def split_rendered(kind: str, rows: Sequence[R], limit: int,

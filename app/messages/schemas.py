@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -15,6 +16,7 @@ from pydantic import (
 
 from app.core.errors import Unprocessable
 from app.core.limits import check_metadata
+from app.core.pagination import RenderedPage, split_rendered
 from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp, utc_text
 from app.core.settings import Settings
 from app.messages.errors import MessageExists
@@ -265,6 +267,13 @@ class LineageMessageOut(MessageOut):
 
 
 LINEAGE_CURSOR = "lineage"
+
+
+def message_page(rows: Sequence[Any], limit: int, max_bytes: int) -> RenderedPage:
+    """A page of messages read `as_stored` with `limit + 1` rows: rendered, with the cursor
+    after it if there is more (`AGENTSTATE_MAX_PAGE_BYTES` may end it early)."""
+    return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render_message,
+                          max_bytes=max_bytes)
 
 
 class AppendOut(BaseModel):

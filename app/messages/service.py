@@ -16,14 +16,12 @@ from app.core.pagination import (
     bad_cursor,
     decode_cursor,
     split_page,
-    split_rendered,
 )
 from app.core.revisions import Preconditions
 from app.core.settings import Settings
-from app.db.base import utcnow
+from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
-from app.db.base import AnyRow
 from app.messages.errors import (
     MessageAmbiguous,
     MessageCompacted,
@@ -43,9 +41,8 @@ from app.messages.schemas import (
     MessageRemoval,
     RemoveOut,
     check_batch,
+    message_page,
     messages_path,
-    page_key,
-    render_message,
 )
 from app.threads.aggregate import ThreadAggregate
 
@@ -114,8 +111,7 @@ class MessageService:
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
             created_after=created_after, as_stored=True,
         )
-        return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render_message,
-                              max_bytes=self.settings.max_page_bytes)
+        return message_page(rows, limit, self.settings.max_page_bytes)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
         row = await self.repo.get(await self.threads.live_pk(thread_id), message_id)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
@@ -92,9 +91,9 @@ class ThreadWithMessages(ThreadOut):
 
 def with_messages_json(thread: ThreadOut, page: RenderedPage) -> str:
     """`ThreadWithMessages` as JSON text, its messages rendered ahead (`render_message`)."""
-    cursor = "null" if page.next_cursor is None else json.dumps(page.next_cursor)
     head = thread.model_dump_json(exclude_unset=True)
-    return f'{head[:-1]},"messages":{page.data_json()},"messages_next_cursor":{cursor}}}'
+    return (f'{head[:-1]},"messages":{page.data_json()},'
+            f'"messages_next_cursor":{page.cursor_json()}}}')
 
 
 class ThreadRevisionOut(RowModel):

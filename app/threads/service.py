@@ -17,7 +17,6 @@ from app.core.pagination import (
     bad_cursor,
     decode_cursor,
     split_page,
-    split_rendered,
 )
 from app.core.revisions import Preconditions, check_preconditions
 from app.core.schemas import parse_timestamp
@@ -28,12 +27,10 @@ from app.messages.errors import refuse_taken
 from app.messages.parents import resolve_parents
 from app.messages.repository import MessageRepository, checks_ids_on_insert
 from app.messages.schemas import (
-    MESSAGE_CURSOR,
     MessageIn,
     check_batch,
+    message_page,
     messages_path,
-    page_key,
-    render_message,
 )
 from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
@@ -88,9 +85,7 @@ class ThreadService:
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
             agent_name=None, limit=limit + 1, as_stored=True)
-        return ThreadOut.from_row(row), split_rendered(
-            MESSAGE_CURSOR, rows, limit, page_key, render_message,
-            max_bytes=self.settings.max_page_bytes)
+        return ThreadOut.from_row(row), message_page(rows, limit, self.settings.max_page_bytes)
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
