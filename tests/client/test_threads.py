@@ -75,8 +75,11 @@ def test_create_get_put_patch_delete(client: AgentStateClient, uid: str) -> None
     assert (kept.history_limit, kept.ttl_seconds, kept.state) == (2, 3600, fresh.state)
     replaced = client.put_thread(thread.thread_id, {"n": 1}, if_match=kept.revision)
     assert (replaced.history_limit, replaced.ttl_seconds) == (2, 3600), "omitted: kept"
-    made = client.create_thread(state={}, history_limit=0, ttl_seconds=60)
-    assert (made.history_limit, made.ttl_seconds) == (0, 60)
+    # A day: a shorter time to live would let the suite's sweeper delete it (and write a
+    # `thread.deleted` event) in the middle of another test that reads the tenant's feed.
+    made = client.create_thread(state={}, history_limit=0, ttl_seconds=86_400)
+    assert (made.history_limit, made.ttl_seconds) == (0, 86_400)
+    client.delete_thread(made.thread_id, if_match=made.revision)
 
 
 def test_server_generated_id_and_validation_errors(client: AgentStateClient) -> None:
