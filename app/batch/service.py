@@ -31,6 +31,7 @@ from app.batch.schemas import (
 from app.core.errors import AppError, NotFound
 from app.core.revisions import ETagList, Preconditions, etag
 from app.core.settings import Settings
+from app.db.base import AnyRow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.messages.service import MessageService
@@ -57,10 +58,11 @@ class BatchService:
         replay = await keys.begin(first, idempotency)
         if replay is not None:
             return replay.body, True
+        held = await self._lock_patched(body.operations)
         results = []
         for index, op in enumerate(body.operations):
             try:
-                results.append(await self._apply(op))
+                results.append(await self._apply(op, held))
             except AppError as exc:
                 exc.detail = f"Operation {index} ({op.op}) was refused, nothing was written: " \
                              f"{exc.detail}"
@@ -76,7 +78,20 @@ class BatchService:
                 await keys.save(pk, idempotency, 200, out)
         return out, False
 
-    async def _apply(self, op: Any) -> OperationResult:
+    async def _lock_patched(self, operations: list[Any]) -> dict[str, AnyRow | None]:
+        """The threads whose first operation in the batch is a patch, read and locked in one
+        statement, in `thread_id` order, before any operation runs (a patch reads its
+        thread before it changes it). Each row is used by that first patch, which no earlier
+        operation can have made stale; a thread's later operations read it again."""
+        first: dict[str, Any] = {}
+        for op in operations:
+            first.setdefault(op.thread_id, op)
+        patched = [thread_id for thread_id, op in first.items() if isinstance(op, ThreadPatchOp)]
+        if len(patched) < 2:  # one thread: its patch reads it itself, no statement saved
+            return {}
+        return await ThreadAggregate(self.uow, self.settings).lock_all(patched)
+
+    async def _apply(self, op: Any, held: dict[str, AnyRow | None]) -> OperationResult:
         uow, settings, pre = self.uow, self.settings, _conditions(op)
         if isinstance(op, ThreadPut):
             thread, created = await ThreadService(uow, settings).replace(op.thread_id, op.body,
@@ -84,7 +99,7 @@ class BatchService:
             return OperationResult(status=201 if created else 200, etag=etag(thread.revision),
                                    body=thread.model_dump(mode="json"))
         if isinstance(op, ThreadPatchOp):
-            thread = await ThreadService(uow, settings).patch(op.thread_id, op.body, pre)
+            thread = await ThreadService(uow, settings).patch(op.thread_id, op.body, pre, held)
             return OperationResult(status=200, etag=etag(thread.revision),
                                    body=thread.model_dump(mode="json"))
         if isinstance(op, ThreadDelete):

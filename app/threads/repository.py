@@ -43,6 +43,9 @@ _KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at, t.c.
 # much as executing it.
 _KEY = and_(t.c.tenant_id == bindparam("tenant"), t.c.thread_id == bindparam("thread"))
 _LIVE_PK = select(t.c.id).where(_KEY, t.c.deleted_at.is_(None))
+_GET_MANY = (select(t).where(t.c.tenant_id == bindparam("tenant"),
+                             t.c.thread_id.in_(bindparam("threads", expanding=True)))
+             .order_by(t.c.thread_id))
 
 
 @cache
@@ -122,6 +125,16 @@ class ThreadRepository:
         postgres_lock = lock if lock and dialect_name(self.connection) == "postgresql" else None
         return (await self.connection.execute(_get(postgres_lock, returning),
                                               self._params(thread_id))).first()
+
+    async def get_many(self, thread_ids: list[str]) -> list[AnyRow]:
+        """The rows (live or tombstones) of these threads in `thread_id` order, locked as
+        `get(lock="update")` locks one: taken in that order, so two transactions that lock
+        overlapping sets this way cannot deadlock on them."""
+        stmt = _GET_MANY
+        if dialect_name(self.connection) == "postgresql":
+            stmt = stmt.with_for_update(key_share=True)
+        return list((await self.connection.execute(
+            stmt, {"tenant": self.tenant_id, "threads": thread_ids})).all())
 
     async def live_pk(self, thread_id: str) -> int | None:
         """The key of a live thread, for reads of its children: the state is not fetched."""

@@ -158,10 +158,12 @@ class ThreadService:
         self.uow.record("message.appended", messages_path(row.thread_id),
                         revision=row.revision, thread_id=row.thread_id)
 
-    async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions) -> ThreadOut:
+    async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions,
+                    held: dict[str, AnyRow | None] | None = None) -> ThreadOut:
+        """`held`: rows locked ahead by a batch (`ThreadAggregate.lock_all`)."""
         appended = body.append_messages or []
         check_batch(appended, self.settings, "/append_messages")
-        row = await self.threads.locked(thread_id, pre, "PATCH")
+        row = await self.threads.locked(thread_id, pre, "PATCH", held)
         values: dict[str, Any] = {}
         # A member set to null is removed (RFC 7396); for these two that means "empty".
         if "state" in body.model_fields_set:
