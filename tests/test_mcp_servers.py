@@ -132,3 +132,18 @@ async def test_bad_input(keyed_client: httpx.AsyncClient, uid: str) -> None:
         assert r.status_code == 422, (body, r.text)
         assert r.headers["content-type"] == "application/problem+json"
     assert (await keyed_client.get(u)).status_code == 404, "nothing was written"
+
+
+async def test_a_timestamp_before_year_1000_reads_back_as_rfc_3339(
+        keyed_client: httpx.AsyncClient, uid: str) -> None:
+    """Years are four digits in every timestamp written (RFC 3339), so what is read back is
+    accepted when sent again."""
+    u = f"/v1/mcp-servers/old-{uid}"
+    created = await keyed_client.put(u, json={"server_type": "broker",
+                                              "last_connected_at": "0999-01-02T03:04:05Z"})
+    assert created.status_code == 201, created.text
+    stamp = created.json()["last_connected_at"]
+    assert stamp == "0999-01-02T03:04:05.000000Z"
+    again = await keyed_client.put(u, json={"server_type": "broker", "last_connected_at": stamp},
+                                   headers={"If-Match": created.headers["etag"]})
+    assert again.status_code == 200, again.text

@@ -272,6 +272,10 @@ async def populate(client: httpx.AsyncClient, headers: dict[str, str], tag: str)
         headers={"If-None-Match": "*"}), 201)
     await ok(client.put(f"/v1/mcp-servers/old-{tag}", json={"server_type": "news"},
                         headers={"If-None-Match": "*"}), 201)
+    # A year of three digits is written with four (RFC 3339), so it reads back on import.
+    await ok(client.put(f"/v1/mcp-servers/early-{tag}", json={
+        "server_type": "clock", "last_connected_at": "0999-01-02T03:04:05Z"},
+        headers={"If-None-Match": "*"}), 201)
     await ok(client.delete(f"/v1/mcp-servers/old-{tag}", headers={"If-Match": '"1"'}), 204)
     return [a, b, gone]
 

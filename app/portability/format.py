@@ -35,6 +35,7 @@ from typing import Any, Literal
 from sqlalchemy.schema import Column, Table
 
 from app.core.jsonutil import dumps
+from app.core.schemas import utc_text
 from app.db.models import Base
 
 FORMAT = "agentstate-export"
@@ -156,7 +157,7 @@ def tenant_tables() -> list[Table]:
 
 
 def timestamp_text(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_text(value.astimezone(UTC))
 
 
 def parse_timestamp(text: str) -> datetime:
