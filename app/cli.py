@@ -35,6 +35,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not is_loopback(args.host):
         # Workers build their settings from the environment: they must never run open either.
         os.environ["AGENTSTATE_REQUIRE_API_KEYS"] = "true"
+    if args.limit_concurrency is not None:
+        os.environ["AGENTSTATE_MAX_REQUESTS_IN_FLIGHT"] = str(args.limit_concurrency)
     # Everything a request would trip over, found before the port is taken.
     asyncio.run(_preflight(settings, args.host))
     # Bound (and listening) before the lifespan runs, so its "ready" line is true when logged,
@@ -55,7 +57,8 @@ def _serve(args: argparse.Namespace) -> int:
             proxy_headers=args.proxy_headers,
             timeout_graceful_shutdown=args.graceful_timeout,
             timeout_keep_alive=args.keep_alive,
-            limit_concurrency=args.limit_concurrency,
+            # Bounded by the application instead (app/http/posture.py, problem+json).
+            limit_concurrency=None,
             h11_max_incomplete_event_size=settings.max_header_bytes,
             http=args.http,
             server_header=False,
@@ -350,6 +353,16 @@ def _print_keys(keys: list[Any], *, as_json: bool) -> None:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip())
 
 
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a whole number of at least 1, not {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from app import __version__
     from app.auth.service import DEFAULT_SCOPES
@@ -379,9 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--keep-alive", type=int, default=30,
                        help="seconds an idle keep-alive connection stays open "
                             "(default: %(default)s)")
-    serve.add_argument("--limit-concurrency", type=int, default=1000,
-                       help="connections and requests at once per worker; beyond it new "
-                            "ones get 503 (default: %(default)s)")
+    serve.add_argument("--limit-concurrency", type=_at_least_one, default=None,
+                       help="requests at once per worker (streams and long polls "
+                            "included); one more gets 503 `overloaded`. Sets "
+                            "AGENTSTATE_MAX_REQUESTS_IN_FLIGHT (default 1000)")
     serve.add_argument("--http", choices=["httptools", "h11"], default="httptools",
                        help="HTTP parser (default: %(default)s, the fastest); h11 also refuses "
                             "a request head that grows past AGENTSTATE_MAX_HEADER_BYTES while "

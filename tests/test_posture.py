@@ -188,7 +188,7 @@ def test_a_key_with_a_newline_works(tmp_path: Path) -> None:
         connection.close()
 
 
-def test_oversized_headers_and_too_many_connections_are_refused(tmp_path: Path) -> None:
+def test_oversized_headers_and_too_many_requests_in_flight_are_refused(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path}/state.db"
     assert agentstate(url, "migrate").returncode == 0
     with ServerProcess(url, args=("--limit-concurrency", "2", "--http", "h11")) as server:
@@ -206,12 +206,42 @@ def test_oversized_headers_and_too_many_connections_are_refused(tmp_path: Path) 
             pass  # closed on us: refused as well
         finally:
             trickled.close()
-        held = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-        try:
-            crowded = httpx.get(f"{server.base_url}/healthz", timeout=10)
-            assert crowded.status_code == 503, crowded.text
-        finally:
-            held.close()
+        asyncio.run(_crowd(server.base_url))
+
+
+async def _crowd(base_url: str) -> None:
+    """Two long polls hold the server's two places: a third request is a 503 problem until
+    one of them ends; an idle keep-alive connection takes no place, `/healthz` needs none."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as first, \
+            httpx.AsyncClient(base_url=base_url, timeout=30) as second, \
+            httpx.AsyncClient(base_url=base_url, timeout=30) as third:
+        assert (await third.get("/v1/threads")).status_code == 200  # now idle, kept alive
+
+        async def hold(client: httpx.AsyncClient) -> httpx.Response:
+            for _ in range(100):  # a probe below may hold the other place as it arrives
+                answer = await client.get("/v1/events", params={"wait": 6})
+                if answer.status_code != 503:
+                    return answer
+                await asyncio.sleep(0.05)
+            raise AssertionError("a long poll never got in")
+
+        polls = [asyncio.ensure_future(hold(client)) for client in (first, second)]
+        crowded = None
+        for _ in range(200):  # until both polls are in
+            answer = await third.get("/v1/threads")
+            if answer.status_code == 503:
+                crowded = answer
+                break
+            assert answer.status_code == 200, answer.text
+            await asyncio.sleep(0.02)
+        assert crowded is not None, "the third request was never refused"
+        assert crowded.headers["content-type"] == "application/problem+json"
+        assert crowded.headers["retry-after"] == "2"
+        assert crowded.json()["code"] == "overloaded" and crowded.json()["status"] == 503
+        assert (await third.get("/healthz")).status_code == 200
+        for poll in await asyncio.gather(*polls):
+            assert poll.status_code == 200, poll.text
+        assert (await third.get("/v1/threads")).status_code == 200
 
 
 def test_two_servers_never_share_a_port(tmp_path: Path) -> None:

@@ -165,6 +165,9 @@ class Settings(BaseSettings):
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     max_header_bytes: int = Field(
         16_384, ge=1024, description="Largest request head (line and headers); larger: 431.")
+    max_requests_in_flight: int = Field(
+        1000, ge=1, description="Requests one worker serves at once (streams and long polls "
+                                "included); one more: 503 `overloaded`.")
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
