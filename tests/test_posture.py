@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 import socket
 import stat
 import subprocess
@@ -58,9 +59,10 @@ def test_an_open_server_answers_only_loopback_host_names(tmp_path: Path) -> None
         for host, status in ((f"localhost:{server.port}", 200), ("127.0.0.1", 200),
                              (f"[::1]:{server.port}", 200), ("rebound.example", 400),
                              (f"rebound.example:{server.port}", 400)):
-            answer = httpx.get(f"{server.base_url}/v1/threads", headers={"Host": host},
-                               timeout=10)
+            answer = httpx.get(f"{server.base_url}/v1/threads",
+                               headers={"Host": host, "X-Request-ID": "probe-7"}, timeout=10)
             assert answer.status_code == status, (host, answer.text)
+            assert answer.headers["x-request-id"] == "probe-7"  # refused or not
             if status == 400:
                 assert answer.headers["content-type"] == "application/problem+json"
                 assert answer.json()["code"] == "host_not_allowed"
@@ -196,6 +198,7 @@ def test_oversized_headers_and_too_many_requests_in_flight_are_refused(tmp_path:
                         timeout=10)
         assert big.status_code == 431, big.status_code
         assert big.json()["code"] == "headers_too_large" and big.json()["instance"] == "/healthz"
+        assert re.fullmatch(r"[0-9a-f]{32}", big.headers["x-request-id"])
         trickled = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         try:  # a head that grows past the limit while it arrives: h11 refuses it
             trickled.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -238,6 +241,7 @@ async def _crowd(base_url: str) -> None:
         assert crowded.headers["content-type"] == "application/problem+json"
         assert crowded.headers["retry-after"] == "2"
         assert crowded.json()["code"] == "overloaded" and crowded.json()["status"] == 503
+        assert re.fullmatch(r"[0-9a-f]{32}", crowded.headers["x-request-id"])
         assert (await third.get("/healthz")).status_code == 200
         for poll in await asyncio.gather(*polls):
             assert poll.status_code == 200, poll.text

@@ -70,8 +70,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        incoming = _header(scope, b"x-request-id")
-        request_id = incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+        request_id = request_id_of(scope)
         token = request_id_var.set(request_id)
         status = 500
         response_started = False
@@ -327,6 +326,12 @@ class BodyLimitMiddleware:
 
 def _short(exc: Exception) -> str:
     return str(exc).split(":")[0][:120]
+
+
+def request_id_of(scope: Scope) -> str:
+    """The request's `X-Request-ID`: the client's, if it sent a well-formed one, else new."""
+    incoming = _header(scope, b"x-request-id")
+    return incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -23,6 +23,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.core.settings import Settings
+from app.http.middleware import request_id_of
 
 LOOPBACK_HOSTS = ["localhost", "127.0.0.1", "[::1]"]
 log = logging.getLogger("agentstate.serve")
@@ -41,14 +42,16 @@ def install_posture(app: Any, settings: Settings) -> None:
 
 async def _refuse(scope: Scope, send: Send, status: int, code: str, title: str,
                   detail: str, headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
-    """A problem+json answer from in front of the application, closing the connection."""
+    """A problem+json answer from in front of the application (with `X-Request-ID`, as
+    every answer), closing the connection."""
     body = json.dumps({"type": f"urn:agentstate:problem:{code}", "title": title,
                        "status": status, "detail": detail, "instance": scope["path"],
                        "code": code}, separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": status, "headers": [
         (b"content-type", b"application/problem+json"),
         (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"), *headers]})
+        (b"connection", b"close"), (b"x-request-id", request_id_of(scope).encode()),
+        *headers]})
     await send({"type": "http.response.body", "body": body})
 
 
