@@ -103,6 +103,45 @@ async def test_a_refused_operation_writes_nothing(client: httpx.AsyncClient, app
     assert (await client.get(f"/v1/threads/{uid}-b")).json()["message_count"] == 0
 
 
+async def test_patches_read_ahead_are_judged_as_their_single_requests(
+        client: httpx.AsyncClient, app: FastAPI, uid: str) -> None:
+    """Patches of two threads or more (their rows read and locked in one statement before the
+    first runs): a missing thread, a deleted one and a stale If-Match are refused as the
+    single PATCH is, naming the operation, with nothing written; a thread patched twice sees
+    its first patch in its second."""
+    live, gone, never = f"{uid}-live", f"{uid}-gone", f"{uid}-never"
+    await client.put(f"/v1/threads/{live}", json={"state": {"n": 0}})
+    await client.put(f"/v1/threads/{gone}", json={"state": {}})
+    await client.delete(f"/v1/threads/{gone}", headers={"If-Match": '"1"'})
+
+    def patch(thread_id: str, if_match: str, n: int = 1) -> dict[str, Any]:
+        return {"op": "thread.patch", "thread_id": thread_id, "if_match": if_match,
+                "body": {"state": {"n": n}}}
+
+    for operations, index, status in (([patch(live, "*"), patch(never, "*")], 1, 412),
+                                      ([patch(gone, '"2"'), patch(live, "*")], 0, 410),
+                                      ([patch(live, '"9"'), patch(never, "*")], 0, 412)):
+        failing = operations[index]
+        single = await client.patch(f"/v1/threads/{failing['thread_id']}",
+                                    json=failing["body"],
+                                    headers={"If-Match": failing["if_match"]})
+        assert single.status_code == status, single.text
+        refused = await batch(client, *operations)
+        assert (refused.status_code, refused.json()["operation"]) == (status, index)
+        for member in ("code", "current_revision"):
+            assert refused.json().get(member) == single.json().get(member)
+    thread = (await client.get(f"/v1/threads/{live}")).json()
+    assert (thread["revision"], thread["state"]) == (1, {"n": 0})
+    assert await events(app, live) == ["thread.created"]
+
+    other = f"{uid}-other"
+    await client.put(f"/v1/threads/{other}", json={"state": {}})
+    ok = await batch(client, patch(live, '"1"', 1), patch(other, "*"), patch(live, '"2"', 2))
+    assert ok.status_code == 200, ok.text
+    assert [r["etag"] for r in ok.json()["results"]] == ['"2"', '"2"', '"3"']
+    assert (await client.get(f"/v1/threads/{live}")).json()["state"] == {"n": 2}
+
+
 async def test_a_taken_message_id_refuses_the_batch(client: httpx.AsyncClient, app: FastAPI,
                                                     uid: str) -> None:
     """The shape of an ADK append: the thread's state and revision, its messages, its seqs
