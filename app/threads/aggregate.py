@@ -157,10 +157,9 @@ class ThreadAggregate:
 
     async def lock_all(self, thread_ids: Collection[str]) -> dict[str, AnyRow | None]:
         """Each thread's row (None: no such thread), locked as `locked` locks one, all in one
-        statement and in `thread_id` order: for `locked(..., held=)`."""
-        ordered = sorted(set(thread_ids))
-        rows = {row.thread_id: row for row in await self.repo.get_many(ordered)}
-        return {thread_id: rows.get(thread_id) for thread_id in ordered}
+        statement that takes them in `thread_id` order: for `locked(..., held=)`."""
+        rows = {row.thread_id: row for row in await self.repo.get_many(list(thread_ids))}
+        return {thread_id: rows.get(thread_id) for thread_id in thread_ids}
 
     async def locked(self, thread_id: str, pre: Preconditions, method: str,
                      held: dict[str, AnyRow | None] | None = None) -> AnyRow:

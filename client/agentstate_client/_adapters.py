@@ -39,7 +39,6 @@ class OwnsClient:
         await self.close()
 
 
-
 async def send_once(client: AsyncAgentStateClient, ops: Sequence[dict[str, Any]],
                     thread_id: str, message_id: str) -> list[dict[str, Any]] | None:
     """`ops` (which append the message `message_id` to `thread_id`) as one batch without an
