@@ -381,6 +381,39 @@ async def test_pages_are_capped_in_bytes(database_url: str, backend: str, uid: s
             assert len(page.content) < 9 * 300_000
 
 
+async def test_threads_listed_with_messages_share_one_byte_budget(
+        database_url: str, uid: str) -> None:
+    """Two threads of 3 x 300 kB messages listed with `include=messages`: their messages
+    together within `max_page_bytes` (the first takes two, the second, with the budget spent,
+    its one message), every thread readable to its end from the cursor it came with."""
+    settings = Settings(database_url=database_url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
+                        max_page_bytes=700_000)
+    threads = [f"shared-{uid}-{n}" for n in range(2)]
+    async with running(settings) as application:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport, base_url="http://agentstate.test") as c:
+            for thread in threads:
+                messages = [{"id": f"m{i}", "role": "user", "content": "x" * 300_000}
+                            for i in range(3)]
+                put = await c.put(f"/v1/threads/{thread}",
+                                  json={"state": {}, "append_messages": messages})
+                assert put.status_code == 201, put.text
+            listed = await c.get("/v1/threads", params={
+                "thread_id": threads, "include": "messages", "messages_limit": 1000})
+            assert listed.status_code == 200, listed.text
+            assert len(listed.content) < 700_000 + 301_000
+            assert [len(item["messages"]) for item in listed.json()["data"]] == [2, 1]
+            for item in listed.json()["data"]:
+                seen = [m["id"] for m in item["messages"]]
+                cursor = item["messages_next_cursor"]
+                while cursor is not None:
+                    page = (await c.get(f"/v1/threads/{item['thread_id']}/messages",
+                                        params={"cursor": cursor, "limit": 1000})).json()
+                    seen += [m["id"] for m in page["data"]]
+                    cursor = page["next_cursor"]
+                assert seen == ["m0", "m1", "m2"]
+
+
 # --- the error path through a real server: X-Request-ID, problem+json, keep-alive ------------
 
 def corrupt_state(database_url: str, thread_id: str) -> None:

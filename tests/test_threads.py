@@ -241,6 +241,37 @@ async def test_list_reads_named_threads_in_one_request(client: httpx.AsyncClient
     assert rest.json()["has_more"] is False
 
 
+async def test_list_includes_each_threads_messages(client: httpx.AsyncClient,
+                                                   uid: str) -> None:
+    """`include=messages` on a list gives each thread as its own `GET ?include=messages`
+    gives it: the first page of the live view (a removed message left out) and the cursor."""
+    talk = [{"id": f"m{i}", "role": "user", "content": f"line {i}"} for i in range(4)]
+    for name, messages in (("a", talk), ("b", []), ("c", talk[:2])):
+        put = await client.put(f"/v1/threads/{uid}-{name}",
+                               json={"state": {"name": name}, "append_messages": messages})
+        assert put.status_code == 201, put.text
+    removed = await client.post(f"/v1/threads/{uid}-a/messages:remove",
+                                json={"ids": ["m1"]}, headers={"If-Match": "*"})
+    assert removed.status_code == 200, removed.text
+    ids = [f"{uid}-{name}" for name in ("a", "b", "c")]
+    listed = await client.get("/v1/threads", params={"thread_id": ids, "include": "messages",
+                                                     "messages_limit": 2})
+    assert listed.status_code == 200, listed.text
+    for item in listed.json()["data"]:
+        alone = await client.get(f"/v1/threads/{item['thread_id']}",
+                                 params={"include": "messages", "messages_limit": 2})
+        assert item == alone.json()
+    by_id = {item["thread_id"]: item for item in listed.json()["data"]}
+    assert [m["id"] for m in by_id[f"{uid}-a"]["messages"]] == ["m0", "m2"]
+    rest = await client.get(f"/v1/threads/{uid}-a/messages",
+                            params={"cursor": by_id[f"{uid}-a"]["messages_next_cursor"]})
+    assert [m["id"] for m in rest.json()["data"]] == ["m3"]
+    assert by_id[f"{uid}-b"]["messages"] == [] and by_id[f"{uid}-b"]["messages_next_cursor"] is None
+    assert by_id[f"{uid}-c"]["messages_next_cursor"] is None
+    plain = await client.get("/v1/threads", params={"thread_id": ids})
+    assert all("messages" not in item for item in plain.json()["data"])
+
+
 async def test_list_bad_parameters(client: httpx.AsyncClient) -> None:
     for params, status, code in [
         ({"limit": 0}, 422, None), ({"limit": 101}, 422, None),
@@ -249,6 +280,9 @@ async def test_list_bad_parameters(client: httpx.AsyncClient) -> None:
         ({"updated_after": "yesterday"}, 422, None),
         ({"thread_id": [f"t{i}" for i in range(101)]}, 422, None),
         ({"thread_id": ".hidden"}, 422, None),
+        ({"include": "state"}, 422, "validation_failed"),
+        ({"include": "messages", "messages_limit": 0}, 422, "validation_failed"),
+        ({"include": "messages", "messages_limit": 1001}, 422, "validation_failed"),
     ]:
         r = await client.get("/v1/threads", params=params)
         assert r.status_code == status, (params, r.text)

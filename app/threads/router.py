@@ -8,7 +8,7 @@ from app.core.pagination import Page
 from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp, Name
 from app.http.dependencies import Reader, SettingsDep, Writer
-from app.http.pagination import Cursor, Limit, linked
+from app.http.pagination import Cursor, Limit, linked, linked_json
 from app.http.params import ThreadId, json_object_param
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
 from app.http.problems import responses
@@ -40,7 +40,9 @@ async def create_thread(body: ThreadCreate, response: Response, uow: Writer,
     return with_etag(response, thread, thread.revision)
 
 
-@router.get("", responses=responses(), summary="List threads, newest first (created or updated)")
+@router.get("", responses=responses(), response_model=Page[ThreadWithMessages],
+            response_model_exclude_unset=True,
+            summary="List threads, newest first (created or updated)")
 async def list_threads(
     request: Request, response: Response, uow: Reader, settings: SettingsDep,
     limit: Limit = 20, cursor: Cursor = None,
@@ -52,12 +54,20 @@ async def list_threads(
     thread_id: Annotated[list[Name] | None, Query(
         max_length=100, description="Only these threads (repeat the parameter, up to 100): "
         "several threads read in one request.")] = None,
-) -> Page[ThreadOut]:
-    page = await ThreadService(uow, settings).list(
-        limit=limit, cursor=cursor, metadata=json_object_param("metadata", metadata, settings.max_json_depth),
-        updated_after=updated_after, order_by=order_by, thread_ids=thread_id,
-    )
-    return linked(request, response, page)
+    include: Annotated[Literal["messages"] | None, Query(
+        description="`messages`: each thread with the first page of its live view, as "
+                    "`GET /v1/threads/{thread_id}?include=messages` gives it.")] = None,
+    messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
+                                         "each thread's page size, 1-1000.")] = 100,
+) -> Page[ThreadOut] | Response:
+    service = ThreadService(uow, settings)
+    filters = {"limit": limit, "cursor": cursor, "updated_after": updated_after,
+               "metadata": json_object_param("metadata", metadata, settings.max_json_depth),
+               "order_by": order_by, "thread_ids": thread_id}
+    if include == "messages":
+        return linked_json(request, await service.list_with_messages(
+            messages_limit=messages_limit, **filters))
+    return linked(request, response, await service.list(**filters))
 
 
 @router.get("/{thread_id}", responses={**responses(404), **NOT_MODIFIED},

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from app.agent_states.repository import AgentStateRepository
 from app.compactions.repository import CompactionRepository
@@ -42,8 +43,10 @@ from app.threads.schemas import (
     ThreadPatch,
     ThreadReplace,
     ThreadRevisionOut,
+    with_messages_json,
 )
 
+T = TypeVar("T")
 CURSOR = "threads"
 HISTORY_CURSOR = "revisions"
 
@@ -183,10 +186,14 @@ class ThreadService:
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)
 
-    async def list(self, *, limit: int, cursor: str | None, metadata: dict[str, Any] | None,
-                   updated_after: datetime | None,
-                   order_by: Literal["created_at", "updated_at"] = "created_at",
-                   thread_ids: list[str] | None = None) -> Page[ThreadOut]:
+    async def list(self, **filters: Any) -> Page[ThreadOut]:
+        """Live threads, newest first by `order_by` (see `_page` for the filters)."""
+        return await self._page(ThreadOut.from_row, **filters)
+
+    async def _page(self, out: Callable[[AnyRow], T], *, limit: int, cursor: str | None,
+                    metadata: dict[str, Any] | None, updated_after: datetime | None,
+                    order_by: Literal["created_at", "updated_at"] = "created_at",
+                    thread_ids: list[str] | None = None) -> Page[T]:
         # Each order has its own cursor kind: a cursor of one is refused by the other.
         kind = CURSOR if order_by == "created_at" else f"{CURSOR}_by_{order_by}"
         after = decode_cursor(kind, cursor, 2)
@@ -199,7 +206,27 @@ class ThreadService:
                                     thread_ids=thread_ids)
         return split_page(kind, rows, limit,
                           lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
-                          ThreadOut.from_row, max_bytes=self.settings.max_page_bytes)
+                          out, max_bytes=self.settings.max_page_bytes)
+
+    async def list_with_messages(self, *, messages_limit: int, **filters: Any) -> RenderedPage:
+        """The page `list(**filters)` makes, each thread with the first page of its live view
+        (as `GET` with `include=messages`), read in one transaction. The messages of the whole
+        page share one `max_page_bytes` budget, spent in page order; a thread's page cut short
+        by it has its `messages_next_cursor` (and at least one message)."""
+        rows = await self._page(lambda row: row, **filters)
+        messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
+        budget = self.settings.max_page_bytes
+        items = []
+        for thread in rows.data:
+            # Once the budget is spent, a thread gets one message and its cursor.
+            size = messages_limit if budget > 0 else 1
+            found = await messages.page(
+                thread.id, live=True, descending=False, lower=None, upper=None, role=None,
+                agent_name=None, limit=size + 1, as_stored=True) if thread.message_count else []
+            page = message_page(found, size, max(budget, 0))
+            budget -= sum(map(len, page.items))
+            items.append(with_messages_json(ThreadOut.from_row(thread), page))
+        return RenderedPage(items, rows.next_cursor)
 
     async def revisions(self, thread_id: str, *, limit: int,
                         cursor: str | None) -> Page[ThreadRevisionOut]:

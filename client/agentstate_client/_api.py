@@ -167,16 +167,20 @@ class _Api:
                      updated_after: datetime | str | None = None, limit: int | None = None,
                      cursor: str | None = None,
                      order_by: Literal["created_at", "updated_at"] | None = None,
-                     thread_ids: Sequence[str] | None = None) -> Op[Page[Thread]]:
+                     thread_ids: Sequence[str] | None = None, include_messages: bool = False,
+                     messages_limit: int | None = None) -> Op[Page[Thread]]:
         """One page of threads, newest first by creation (or by last change, with
         `order_by="updated_at"`); `metadata` filters by JSON containment, `thread_ids` (up
-        to 100) reads those threads in one request (the ones that exist)."""
+        to 100) reads those threads in one request (the ones that exist). With
+        `include_messages`, each thread holds its first messages as `get_thread` gives them."""
         if thread_ids is not None and not thread_ids:
             return Page(data=[], next_cursor=None, has_more=False)
         params = drop_none(metadata=json.dumps(metadata) if metadata is not None else None,
                            updated_after=_timestamp(updated_after), limit=limit, cursor=cursor,
                            order_by=order_by,
-                           thread_id=list(thread_ids) if thread_ids is not None else None)
+                           thread_id=list(thread_ids) if thread_ids is not None else None,
+                           include="messages" if include_messages else None,
+                           messages_limit=messages_limit)
         return _page(Thread, (yield from self._core.json(Request("GET", "/v1/threads",
                                                                  params=params))))
 

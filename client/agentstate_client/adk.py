@@ -94,8 +94,10 @@ class _Stored(BaseModel):
 
 
 class _StoredSession(BaseModel):
-    """`GET /v1/threads/{id}?include=messages`, the members a session is built from."""
+    """A thread as `GET /v1/threads?include=messages` lists it, the members a session (or
+    an app's or user's state) is built from."""
 
+    thread_id: str
     revision: int
     state: dict[str, Any]
     metadata: dict[str, Any]
@@ -107,6 +109,10 @@ class _StoredSession(BaseModel):
 class _EventPage(BaseModel):
     data: list[_Stored]
     next_cursor: str | None = None
+
+
+class _SessionPage(BaseModel):
+    data: list[_StoredSession]
 
 
 def wrap(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -224,29 +230,16 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         thread_id = session_thread(app_name, user_id, session_id.strip())
         recent = config.num_recent_events if config else None
         after = config.after_timestamp if config else None
+        if recent is None and after is None:
+            return await self._whole_session(app_name, user_id, thread_id)
         # The app's and user's state are read (in one request) alongside the session, not
         # after it: one round trip of latency instead of two (a session that turns out
         # missing wastes a small read).
         scopes = asyncio.ensure_future(self._states([app_thread(app_name),
                                                      user_thread(app_name, user_id)]))
-        thread: Thread | _StoredSession
         try:
-            if recent is None and after is None:
-                # Each body is parsed straight into ADK's events (pydantic, one pass).
-                path = _thread_path(thread_id)
-                stored = _StoredSession.model_validate_json(await self.client._get_body(
-                    path, {"include": "messages", "messages_limit": PAGE}))
-                events = [message.item for message in stored.messages]
-                cursor = stored.messages_next_cursor
-                while cursor is not None:
-                    page = _EventPage.model_validate_json(await self.client._get_body(
-                        f"{path}/messages", {"limit": PAGE, "cursor": cursor}))
-                    events.extend(message.item for message in page.data)
-                    cursor = page.next_cursor
-                thread = stored
-            else:
-                thread = await self.client.get_thread(thread_id)
-                events = await self._recent(thread_id, recent, after)
+            thread = await self.client.get_thread(thread_id)
+            events = await self._recent(thread_id, recent, after)
         except NotFound:
             await scopes
             return None
@@ -255,6 +248,29 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
             raise
         app, user = await scopes
         return await self._merge(app_name, user_id, self._session(thread, events), (app, user))
+
+    async def _whole_session(self, app_name: str, user_id: str,
+                             thread_id: str) -> Session | None:
+        """The session with all its events, and its app's and user's state, in one request
+        (the three threads, each with its first page of messages) while the session has no
+        more than a page of events; each body parsed straight into ADK's events."""
+        scopes = app_thread(app_name), user_thread(app_name, user_id)
+        listed = _SessionPage.model_validate_json(await self.client._get_body("/v1/threads", {
+            "thread_id": [thread_id, *scopes], "limit": 3, "include": "messages",
+            "messages_limit": PAGE}))
+        found = {thread.thread_id: thread for thread in listed.data}
+        stored = found.get(thread_id)
+        if stored is None:
+            return None
+        events = [message.item for message in stored.messages]
+        cursor = stored.messages_next_cursor
+        while cursor is not None:
+            page = _EventPage.model_validate_json(await self.client._get_body(
+                f"{_thread_path(thread_id)}/messages", {"limit": PAGE, "cursor": cursor}))
+            events.extend(message.item for message in page.data)
+            cursor = page.next_cursor
+        app, user = (unwrap(found[scope].state) if scope in found else {} for scope in scopes)
+        return await self._merge(app_name, user_id, self._session(stored, events), (app, user))
 
     async def _recent(self, thread_id: str, recent: int | None,
                       after: float | None) -> list[Event]:

@@ -56,6 +56,9 @@ def test_append_list_get(client: AgentStateClient, uid: str) -> None:
     assert [m.seq for m in with_messages.messages] == [1, 2]
     rest = client.list_messages(thread_id, cursor=with_messages.messages_next_cursor)
     assert [m.seq for m in rest.data] == [3]
+    listed = client.list_threads(thread_ids=[thread_id], include_messages=True,
+                                 messages_limit=2)
+    assert listed.data == [with_messages]
     with pytest.raises(NotFound):
         client.get_message(thread_id, "msg_missing")
 
