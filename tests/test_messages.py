@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -439,6 +440,39 @@ async def test_appends_racing_a_delete_leave_nothing_behind(app, uid: str) -> No
         assert (await clients[0].get(url)).json()["data"] == [], "no orphans survived"
     finally:
         await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_items_that_are_bare_numbers_read_back_as_written(client: httpx.AsyncClient,
+                                                                uid: str) -> None:
+    """An item may be any JSON document, a bare number too: `2.0` stays a float, `-0.0`
+    keeps its sign and a 20-digit integer every digit, on every read path and after a
+    redaction (SQLite's NUMERIC affinity used to turn them into `2`, `0` and 1.23e19)."""
+    url = f"/v1/threads/{uid}/messages"
+    items = ["2.0", "-0.0", "12345678901234567890", "100.0", "0", "true", '"2.0"', "[1.0]"]
+    body = '{"messages":[' + ",".join(
+        f'{{"id":"m{i}","role":"x","item":{item}}}' for i, item in enumerate(items)) + "]}"
+    appended = await client.post(url, content=body, headers={"Content-Type": "application/json"})
+    assert appended.status_code == 201, appended.text
+
+    def tokens(text: str) -> list[Any]:
+        """The items as written: numbers as their text, so 2.0 and 2 differ."""
+        parsed = json.loads(text, parse_float=lambda t: ("number", t),
+                            parse_int=lambda t: ("number", t))
+        rows = parsed.get("data", parsed.get("messages", [parsed]))
+        return [row.get("item") for row in rows]
+
+    written = tokens(json.dumps({"data": [{"item": json.loads(i)} for i in items]}))
+    assert written[0] == ("number", "2.0") and written[1] == ("number", "-0.0")
+    assert tokens(appended.text) == written
+    assert tokens((await client.get(url)).text) == written
+    assert tokens((await client.get(f"/v1/threads/{uid}",
+                                    params={"include": "messages"})).text) == written
+    for i, item in enumerate(written):
+        assert tokens((await client.get(f"{url}/m{i}")).text) == [item]
+    redacted = await client.patch(f"{url}/m4", content='{"item":-0.0}',
+                                  headers={"Content-Type": "application/json"})
+    assert redacted.status_code == 200, redacted.text
+    assert tokens((await client.get(url)).text)[4] == ("number", "-0.0")
 
 
 async def test_pages_render_every_message_as_the_single_read_does(client: httpx.AsyncClient,

@@ -22,6 +22,35 @@ NAMING_CONVENTION = {
 # answers with the same bytes. Containment casts to jsonb (see app/db/dialect.py), served by
 # GIN expression indexes that the migrations create on Postgres.
 JSONType = JSON()
+
+
+class OpaqueJSON(TypeDecorator[Any]):
+    """`JSONType` for a column that may hold any JSON document, a bare number included.
+
+    SQLite gives a column declared `JSON` NUMERIC affinity, which converts stored text that
+    reads as a number: the document `2.0` would read back as `2`, `-0.0` as `0`, a 20-digit
+    integer rounded to 15 digits. Such a document is bound as a BLOB of its text instead,
+    which affinity leaves alone; it reads back (as JSON, or `CAST(... AS TEXT)`) as written.
+    """
+
+    impl = JSON
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        serialize = super().bind_processor(dialect)
+        if dialect.name != "sqlite" or serialize is None:
+            return serialize
+
+        def bind(value: Any) -> Any:
+            text = serialize(value)
+            if isinstance(text, str) and text[:1] in _NUMBER_START:
+                return text.encode()
+            return text
+
+        return bind
+
+
+_NUMBER_START = frozenset("-0123456789")
 # SQLite only autoincrements a column declared exactly INTEGER PRIMARY KEY.
 BigIntPK = BigInteger().with_variant(Integer(), "sqlite")
 # Client-chosen names: 1-255 characters.

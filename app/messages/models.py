@@ -14,7 +14,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.db.base import Base, JSONType, Name, UTCDateTime
+from app.db.base import Base, JSONType, Name, OpaqueJSON, UTCDateTime
 
 LIVE_ONLY = text("status = 'live'")
 HAS_PARENT = text("parent_thread_id IS NOT NULL")
@@ -54,7 +54,7 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(64))
     content: Mapped[Any] = mapped_column(JSONType, nullable=True)
     # A framework's own item, opaque to agentstate: `json` keeps its text (key order) as sent.
-    item: Mapped[Any] = mapped_column(JSONType, nullable=True)
+    item: Mapped[Any] = mapped_column(OpaqueJSON, nullable=True)
     name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     tool_calls: Mapped[Any] = mapped_column(JSONType, nullable=True)
     tool_call_id: Mapped[str | None] = mapped_column(String(255), nullable=True)

@@ -47,7 +47,7 @@ Key = tuple[int, int]  # (position, seq): the order of both views
 
 _POSITION_SEQ = tuple_(m.c.position, m.c.seq)
 # A page's columns with the JSON ones as their stored text, for `schemas.render_message`.
-_AS_STORED = [cast(m.c[name], Text).label(name) if isinstance(m.c[name].type, JSON)
+_AS_STORED = [cast(m.c[name], Text).label(name) if m.c[name].type._type_affinity is JSON
               else m.c[name] for name in RENDERED_COLUMNS]
 
 
