@@ -186,10 +186,6 @@ class ThreadService:
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)
 
-    async def list(self, **filters: Any) -> Page[ThreadOut]:
-        """Live threads, newest first by `order_by` (see `_page` for the filters)."""
-        return await self._page(ThreadOut.from_row, **filters)
-
     async def _page(self, out: Callable[[AnyRow], T], *, limit: int, cursor: str | None,
                     metadata: dict[str, Any] | None, updated_after: datetime | None,
                     order_by: Literal["created_at", "updated_at"] = "created_at",
@@ -207,6 +203,10 @@ class ThreadService:
         return split_page(kind, rows, limit,
                           lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
                           out, max_bytes=self.settings.max_page_bytes)
+
+    async def list(self, **filters: Any) -> Page[ThreadOut]:
+        """Live threads, newest first by `order_by` (see `_page` for the filters)."""
+        return await self._page(ThreadOut.from_row, **filters)
 
     async def list_with_messages(self, *, messages_limit: int, **filters: Any) -> RenderedPage:
         """The page `list(**filters)` makes, each thread with the first page of its live view
