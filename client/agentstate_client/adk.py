@@ -313,11 +313,17 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Deletes the session; nothing happens if there is none (as in ADK's services)."""
         try:
             await self.client.delete_thread(
                 session_thread(app_name, user_id, session_id.strip()), if_match="*")
         except (NotFound, ThreadDeleted):
             pass
+        except PreconditionFailed as exc:
+            # `If-Match: *` fails only on a thread that does not exist (never created).
+            if exc.current_revision is not None:
+                raise
+
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:

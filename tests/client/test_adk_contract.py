@@ -130,6 +130,18 @@ async def test_the_same_session_id_under_two_users_is_two_sessions(
     assert u1[1] == "u1" and len(u1[4]) == 1 and gone is None and u2_after == u2
 
 
+async def test_deleting_what_is_not_there_changes_nothing(api: AsyncAgentStateClient,
+                                                          uid: str) -> None:
+    async def steps(service: BaseSessionService, app: str) -> list[Any]:
+        await service.create_session(app_name=app, user_id="u", session_id="s")
+        for app_name, user, session_id in ((app, "u", "missing"), (app, "other", "s"),
+                                           (f"{app}-other", "u", "s")):
+            await service.delete_session(app_name=app_name, user_id=user, session_id=session_id)
+        return [view(await get(service, app, "u", "s"))]
+
+    assert (await on_both(api, uid, steps))[0][2] == "s"
+
+
 # --- listing --------------------------------------------------------------------------------
 
 
