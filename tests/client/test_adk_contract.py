@@ -455,3 +455,26 @@ async def test_an_event_delivered_again_is_stored_once(api: AsyncAgentStateClien
     assert held == ["once"] and [e["id"] for e in reread[4]] == ["once"]
     assert reread[3] == {"n": 1, "user:seen": 1}
 
+
+
+async def test_different_events_that_share_an_id_are_both_kept(api: AsyncAgentStateClient,
+                                                               uid: str) -> None:
+    """An id is not what makes an event a repeat: a different event that reuses one (as a
+    fixed id in a test would) is stored and applied like any other, and delivering either
+    of the two again is still no new event."""
+    async def steps(service: BaseSessionService, app: str) -> list[Any]:
+        session = await service.create_session(app_name=app, user_id="u", session_id="s")
+        first = ev("shared", 1.0, {"a": 1})
+        second = ev("shared", 2.0, {"b": 2}, author="agent")
+        for event in (first, second, second, first.model_copy(deep=True)):
+            await service.append_event(session, event)
+        reread = must(await get(service, app, "u", "s"))
+        recent = must(await get(service, app, "u", "s", GetSessionConfig(num_recent_events=1)))
+        return [[e.author for e in session.events], session.state, view(reread),
+                view(recent)]
+
+    held, held_state, reread, recent = await on_both(api, uid, steps)
+    assert held == ["user", "agent"] and held_state == {"a": 1, "b": 2}
+    assert [(e["id"], e["author"]) for e in reread[4]] == [("shared", "user"),
+                                                           ("shared", "agent")]
+    assert reread[3] == held_state and [e["author"] for e in recent[4]] == ["agent"]
