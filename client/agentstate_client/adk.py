@@ -9,9 +9,10 @@ How ADK's data is kept (ids through `agentstate_client.ids.join_ids`, like every
 - a session is the thread `join_ids("adk", app_name, user_id, session_id)`; its events are
   its messages, each event stored verbatim as the message's `item` (as ADK's own database
   service serialises it: `model_dump(mode="json", exclude_none=True)`), under the message id
-  `encode_id(event.id)`; its session-scoped state is the thread's `state`, its
-  `metadata` says whose session it is and its `last_update_time` (the last event's
-  timestamp, as ADK's services keep it);
+  `encode_id(event.id)` (a different event reusing a stored event's id, which ADK keeps as
+  well, under `encode_id(f"{event.id}#{digest}")`, the digest that of its item); its
+  session-scoped state is the thread's `state`, its `metadata` says whose session it is and
+  its `last_update_time` (the last event's timestamp, as ADK's services keep it);
 - `app:` state is the state of the thread `join_ids("adk-app", app_name)`, `user:` state
   that of `join_ids("adk-user", app_name, user_id)`; `temp:` state is never stored.
 - State values are stored one-element arrays (`{"step": [3]}`): a merge-patch then replaces
@@ -30,6 +31,8 @@ and writes nothing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 import uuid
 from datetime import datetime
@@ -123,6 +126,12 @@ def wrap(state: Mapping[str, Any]) -> dict[str, Any]:
 def unwrap(stored: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value[0] if isinstance(value, list) and value else None
             for key, value in stored.items()}
+
+
+def _digest(item: Mapping[str, Any]) -> str:
+    """A short digest of a stored event, which names it apart from another with its id."""
+    canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def _revision(result: Mapping[str, Any]) -> int:
@@ -313,11 +322,16 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         return ListSessionsResponse(sessions=sessions)
 
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Deletes the session; nothing happens if there is none (as in ADK's services)."""
         try:
             await self.client.delete_thread(
                 session_thread(app_name, user_id, session_id.strip()), if_match="*")
         except (NotFound, ThreadDeleted):
             pass
+        except PreconditionFailed as exc:
+            # `If-Match: *` fails only on a thread that does not exist (never created).
+            if exc.current_revision is not None:
+                raise
 
     async def append_event(self, session: Session, event: Event) -> Event:
         if event.partial:
@@ -336,23 +350,49 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from None
         revision = int(marker)
         item = event.model_dump(mode="json", exclude_none=True)
+        # The event is stored under its own id; a different event that reuses an id already
+        # taken (ADK keeps both) under that id and a digest of the event.
+        names = (encode_id(event.id), encode_id(f"{event.id}#{_digest(item)}"))
+        for message_id in names:
+            try:
+                results = await self._send(session, thread_id, message_id, item, revision,
+                                           deltas, self._role(event))
+            except MessageExists:
+                stored = await self.client.get_message(thread_id, message_id)
+                if stored.item != item:
+                    continue
+                # This very event is stored already (a repeated append, or a retry whose
+                # first answer was lost): nothing more to write; the session is at the
+                # stored revision.
+                thread = await self.client.get_thread(thread_id)
+                session._storage_update_marker = str(thread.revision)
+                return event
+            break
+        else:  # pragma: no cover - the second name is the event's own digest
+            raise AssertionError("two different events with one digest")
+        if results is None:  # stored by an attempt whose answer was lost
+            marker = str((await self.client.get_thread(thread_id)).revision)
+        else:
+            marker = str(_revision(results[0]))
+        session._storage_update_marker = marker
+        session.last_update_time = event.timestamp
+        return self._commit_event_to_session(session, event)
+
+    async def _send(self, session: Session, thread_id: str, message_id: str,
+                    item: dict[str, Any], revision: int, deltas: Mapping[str, dict[str, Any]],
+                    role: str) -> list[dict[str, Any]] | None:
+        """The append's one batch (see `append_event`): the results, or None when an attempt
+        whose answer was lost stored it. Raises `MessageExists` if `message_id` is taken."""
         # The event, the session's state delta and its `last_update_time` (the event's time,
         # as in ADK's services) are one revision of the session's thread.
         ops = [{"op": "thread.patch", "thread_id": thread_id, "if_match": f'"{revision}"',
                 "body": {"state": wrap(deltas["session"]),
-                         "metadata": {"last_update_time": event.timestamp},
-                         "append_messages": [{"id": encode_id(event.id),
-                                              "role": self._role(event), "content": None,
-                                              "item": item}]}},
+                         "metadata": {"last_update_time": item["timestamp"]},
+                         "append_messages": [{"id": message_id, "role": role,
+                                              "content": None, "item": item}]}},
                *self._scope_ops(session.app_name, session.user_id, deltas)]
         try:
-            results = await send_once(self.client, ops, thread_id, encode_id(event.id))
-        except MessageExists:
-            # This very event is stored already (a repeated append, or a retry whose first
-            # answer was lost): nothing more to write; the session is at the stored revision.
-            thread = await self.client.get_thread(thread_id)
-            session._storage_update_marker = str(thread.revision)
-            return event
+            return await send_once(self.client, ops, thread_id, message_id)
         except (PreconditionFailed, ThreadDeleted, NotFound) as exc:
             current = getattr(exc, "current_revision", None)
             operation = exc.problem.get("operation") if hasattr(exc, "problem") else None
@@ -368,14 +408,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
             self._scopes.clear()
             await self._ensure(app_thread(session.app_name))
             await self._ensure(user_thread(session.app_name, session.user_id))
-            results = await send_once(self.client, ops, thread_id, encode_id(event.id))
-        if results is None:  # stored by an attempt whose answer was lost
-            marker = str((await self.client.get_thread(thread_id)).revision)
-        else:
-            marker = str(_revision(results[0]))
-        session._storage_update_marker = marker
-        session.last_update_time = event.timestamp
-        return self._commit_event_to_session(session, event)
+            return await send_once(self.client, ops, thread_id, message_id)
 
     @staticmethod
     def _role(event: Event) -> str:
