@@ -227,6 +227,10 @@ class AgentStateStore:
             self.client.delete_thread(thread_id, if_match="*")
         except (NotFound, ThreadDeleted):
             pass
+        except PreconditionFailed as exc:
+            # `If-Match: *` fails only on a thread that does not exist (never created).
+            if exc.current_revision is not None:
+                raise
 
     def _load(self, thread_id: str) -> tuple[Thread, _Log] | None:
         """The thread and its whole live view, read consistently; None if there is none."""

@@ -90,6 +90,7 @@ def scenario(store: Any, thread_id: str) -> list[Any]:
     most = run_state(MESSAGES_SO_FAR)
     return [
         outcome(lambda: store.load_state(thread_id)),
+        outcome(lambda: store.delete_state(thread_id)),  # never saved
         outcome(lambda: store.save_state(thread_id, first, metadata={"user": "u1"})),
         outcome(lambda: store.load_state(thread_id)),
         outcome(lambda: store.save_state(thread_id, more, revision=1)),
