@@ -9,6 +9,7 @@ import httpx
 
 from agentstate_client._api import _Api
 from agentstate_client._core import _AsyncDriver
+from agentstate_client._http1 import AsyncHTTP1Transport, eligible
 
 # One name in both modules, so both clients' `watch` read the same in help().
 from agentstate_client._watch import AsyncWatch as FeedWatch
@@ -22,7 +23,9 @@ class AsyncAgentStateClient(_AsyncDriver, _Api):
     `max_retries` times on connection errors, 408/429/5xx and in-flight idempotent requests,
     with exponential backoff from `backoff` seconds (and jitter), honouring `Retry-After`.
     Pass `http_client` to reuse your own `httpx.AsyncClient` (it is not closed by
-    `aclose()`), or `transport` to plug in an `httpx` async transport. Use it as an async
+    `aclose()`), or `transport` to plug in an `httpx` async transport; without either, a
+    plain `http://` server is reached through a lean keep-alive transport when `httptools`
+    is installed (the `speedups` extra), else through httpx's own. Use it as an async
     context manager, or call `aclose()`.
     """
 
@@ -34,6 +37,8 @@ class AsyncAgentStateClient(_AsyncDriver, _Api):
         self._configure(base_url, api_key, timeout, max_retries, backoff, headers,
                         own_http=http_client is None, own_transport=transport is not None)
         self._owns_http = http_client is None
+        if http_client is None and transport is None and eligible(self._core.base_url):
+            transport = self._direct = AsyncHTTP1Transport()
         self._http = http_client or httpx.AsyncClient(transport=transport)
 
     def watch(self, *, cursor: str | None = None, thread_id: str | None = None,

@@ -1,0 +1,247 @@
+"""A lean HTTP/1.1 keep-alive transport for the async client on a plain `http://` server.
+
+httpx's own transport (httpcore over anyio, parsing with h11) costs about 1 ms of CPU a
+request on a small machine, more than the server spends routing one; an agent's turn is a
+request or two, so that was most of the client's share of a turn (docs/PERFORMANCE.md).
+This transport writes each request in one send on an asyncio stream and parses the answer
+with `httptools` (llhttp, the C parser uvicorn serves with), and keeps idle connections for
+the next request. It is used only where nothing else is needed: `http://` base URLs, no
+proxy in the environment, `httptools` installed (the `speedups` extra, part of the async
+framework adapters' extras); otherwise the client uses httpx's own transport, as it does
+for TLS and proxies. Timeouts and errors are httpx's (`ConnectTimeout`, `ReadTimeout`,
+`ConnectError`, `ReadError`, `RemoteProtocolError`, ...), so the client's retry rules apply
+unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+import httpx
+
+try:
+    import httptools
+except ImportError:  # pragma: no cover - the speedups extra is missing
+    httptools = None  # type: ignore[assignment]
+
+READ_SIZE = 65536
+# httpx's default limits: connections open at once, and idle ones kept for reuse.
+MAX_CONNECTIONS = 100
+MAX_IDLE = 20
+T = TypeVar("T")
+
+_timeout = getattr(asyncio, "timeout", None)  # Python 3.11 and later
+
+
+async def _within(seconds: float | None, step: Awaitable[T]) -> T:
+    """`step`, or `TimeoutError` after `seconds` (None: no limit)."""
+    if _timeout is None:  # pragma: no cover - Python 3.10
+        try:
+            return await asyncio.wait_for(step, seconds)
+        except asyncio.TimeoutError as exc:  # noqa: UP041 - not the builtin before 3.11
+            raise TimeoutError from exc
+    async with _timeout(seconds):
+        return await step
+
+
+def eligible(base_url: str) -> bool:
+    """Whether this transport can serve `base_url` as httpx's would: plain HTTP, `httptools`
+    installed, and no proxy from the environment for it (httpx would use that proxy)."""
+    url = httpx.URL(base_url)
+    if httptools is None or url.scheme != "http":
+        return False
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return True
+    return bool(urllib.request.proxy_bypass(url.host))
+
+
+class _Message:
+    """httptools' callbacks for one response: status, headers, body chunks as they come."""
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.chunks: list[bytes] = []
+        self.head_done = False
+        self.done = False
+        self.keep_alive = False
+        self.parser = httptools.HttpResponseParser(self)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+        # Asked now: once the message is complete, llhttp answers for the next one.
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def usable(self) -> bool:
+        """Still open: the server has not closed it while it was idle (the event loop has
+        read its EOF by then)."""
+        return not (self.writer.is_closing() or self.reader.at_eof())
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body, read from the connection as the caller iterates; the connection
+    goes back to the pool once the whole message is read, unless either side said close."""
+
+    def __init__(self, transport: AsyncHTTP1Transport, key: tuple[str, int],
+                 connection: _Connection, message: _Message, read_timeout: float | None,
+                 request: httpx.Request) -> None:
+        self.transport, self.key, self.connection = transport, key, connection
+        self.message, self.read_timeout, self.request = message, read_timeout, request
+        self.closed = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        message = self.message
+        while True:
+            if message.chunks:
+                chunks, message.chunks = message.chunks, []
+                for chunk in chunks:
+                    yield chunk
+            if message.done:
+                break
+            await _feed(self.connection, message, self.read_timeout, self.request)
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.transport.release(self.key, self.connection,
+                               reuse=self.message.done and self.message.keep_alive)
+
+
+async def _feed(connection: _Connection, message: _Message, timeout: float | None,
+                request: httpx.Request) -> None:
+    """Read once from the connection into the parser; httpx's errors for what goes wrong."""
+    try:
+        data = await _within(timeout, connection.reader.read(READ_SIZE))
+    except TimeoutError as exc:
+        connection.close()
+        raise httpx.ReadTimeout("timed out reading the response", request=request) from exc
+    except OSError as exc:
+        connection.close()
+        raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+    if not data:
+        connection.close()
+        if message.head_done and not _framed(message):
+            message.done = True  # a body delimited by the end of the connection
+            return
+        raise httpx.RemoteProtocolError(
+            "Server disconnected without sending a complete response.", request=request)
+    try:
+        message.parser.feed_data(data)
+    except httptools.HttpParserError as exc:
+        connection.close()
+        raise httpx.RemoteProtocolError(f"malformed response: {exc}", request=request) from exc
+
+
+def _framed(message: _Message) -> bool:
+    names = {name.lower() for name, _ in message.headers}
+    return b"content-length" in names or b"transfer-encoding" in names
+
+
+class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 with keep-alive over asyncio streams (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._fallback: httpx.AsyncHTTPTransport | None = None
+
+    def release(self, key: tuple[str, int], connection: _Connection, reuse: bool) -> None:
+        """A request is done with `connection`: kept for the next, or closed."""
+        self._slots.release()
+        idle = self._idle.setdefault(key, [])
+        if reuse and len(idle) < MAX_IDLE:
+            idle.append(connection)
+        else:
+            connection.close()
+
+    async def _connection(self, key: tuple[str, int], timeouts: dict[str, float | None],
+                          request: httpx.Request) -> _Connection:
+        try:
+            await _within(timeouts.get("pool"), self._slots.acquire())
+        except TimeoutError as exc:
+            raise httpx.PoolTimeout("timed out waiting for a connection",
+                                    request=request) from exc
+        try:
+            return await self._open(key, timeouts.get("connect"), request)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _open(self, key: tuple[str, int], timeout: float | None,
+                    request: httpx.Request) -> _Connection:
+        idle = self._idle.get(key)
+        while idle:
+            connection = idle.pop()
+            if connection.usable():
+                return connection
+            connection.close()
+        try:
+            reader, writer = await _within(timeout, asyncio.open_connection(*key))
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout("timed out connecting", request=request) from exc
+        except OSError as exc:
+            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+        return _Connection(reader, writer)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "HEAD":  # an answer with a length and no body: httpx's own
+            self._fallback = self._fallback or httpx.AsyncHTTPTransport()
+            return await self._fallback.handle_async_request(request)
+        timeouts = request.extensions.get("timeout", {})
+        key = (request.url.host, request.url.port or 80)
+        connection = await self._connection(key, timeouts, request)
+        message = _Message()
+        try:
+            body = await request.aread()
+            head = [b"%s %s HTTP/1.1" % (request.method.encode(), request.url.raw_path)]
+            head.extend(b"%s: %s" % pair for pair in request.headers.raw)
+            connection.writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            if connection.writer.transport.get_write_buffer_size():
+                await _within(timeouts.get("write"), connection.writer.drain())
+            read_timeout = timeouts.get("read")
+            while not message.head_done:
+                await _feed(connection, message, read_timeout, request)
+        except BaseException as exc:
+            # Cancelled, or failed: the connection's state is unknown, it is not reused.
+            self.release(key, connection, reuse=False)
+            if isinstance(exc, TimeoutError):
+                raise httpx.WriteTimeout("timed out sending the request",
+                                         request=request) from exc
+            if isinstance(exc, OSError):
+                raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from exc
+            raise
+        return httpx.Response(
+            message.parser.get_status_code(), headers=message.headers,
+            stream=_Body(self, key, connection, message, read_timeout, request),
+            extensions={"http_version": b"HTTP/1.1"}, request=request)
+
+    async def aclose(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.close()
+        self._idle.clear()
+        if self._fallback is not None:
+            await self._fallback.aclose()
