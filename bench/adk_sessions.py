@@ -1,14 +1,16 @@
 """ADK sessions: Google ADK's `DatabaseSessionService` in-process against agentstate's
 `AgentStateSessionService` over HTTP, on the same Postgres server, one 400-turn session
-each (two events a turn: the user's message, the model's answer with a state delta).
+each (two events a turn: the user's message, the model's answer with a state delta). A
+third session runs the same adapter over httpx's own transport instead of the client's
+lean one (agentstate_client/_http1.py), the baseline for what that transport saves.
 
     .venv/bin/python -m bench.adk_sessions [--turns 400] [--reads 9]
 
 Reports the median (and p90) `append_event` latency over turns 1-10 and over the last ten
 turns, per event and per turn (two events), and the median time of a `get_session` of the
 whole session (all 2 x turns events), after a 5-turn warm-up session on each service. One
-request at a time: latency, not load. The two services run interleaved, turn by turn and
-read by read, each going first in turn, so the machine's load falls on both alike. ADK gets
+request at a time: latency, not load. The services run interleaved, turn by turn and read
+by read, each going first in turn, so the machine's load falls on all alike. ADK gets
 a database of its own on the same server (its tables would collide with agentstate's
 `events`).
 """
@@ -100,13 +102,17 @@ def settle() -> None:
 
 
 async def race(adk_url: str, base_url: str, turns: int, reads: int) -> dict[str, Any]:
-    """Both services in one loop, turn by turn, taking turns at going first, so a burst of
-    load on this shared machine falls on both alike."""
+    """The services in one loop, turn by turn, taking turns at going first, so a burst of
+    load on this shared machine falls on all alike."""
+    import httpx
+    from agentstate_client import AsyncAgentStateClient
     from agentstate_client.adk import AgentStateSessionService
     from google.adk.sessions.database_session_service import DatabaseSessionService
 
+    stock = AsyncAgentStateClient(base_url, transport=httpx.AsyncHTTPTransport())
     services = {"adk_database_session_service": DatabaseSessionService(db_url=adk_url),
-                "agentstate_over_http": AgentStateSessionService(base_url=base_url)}
+                "agentstate_over_http": AgentStateSessionService(base_url=base_url),
+                "agentstate_over_httpx_transport": AgentStateSessionService(client=stock)}
     timings = {name: Timings() for name in services}
     try:
         sessions = {name: await warm_up(service) for name, service in services.items()}
@@ -115,15 +121,16 @@ async def race(adk_url: str, base_url: str, turns: int, reads: int) -> dict[str,
         for turn in range(1, turns + 1):
             for name in order:
                 await append_turn(services[name], sessions[name], turn, timings[name])
-            order.reverse()
+            order = order[1:] + order[:1]
         settle()
         for _ in range(reads):
             for name in order:
                 await load(services[name], sessions[name], turns, timings[name])
-            order.reverse()
+            order = order[1:] + order[:1]
     finally:
         for service in services.values():
             await service.close()
+        await stock.aclose()
     return {name: timing.summary(turns) for name, timing in timings.items()}
 
 
@@ -141,9 +148,11 @@ def run(turns: int, reads: int) -> dict[str, Any]:
 def table(results: dict[str, Any]) -> str:
     lines = ["| service | append_event turns 1-10 (median / p90 per event, per turn) | "
              "append_event last 10 turns | get_session of all events |", "|---|---|---|---|"]
-    for name, label in (("adk_database_session_service", "ADK DatabaseSessionService "
-                         "(in-process)"), ("agentstate_over_http", "AgentStateSessionService "
-                                           "(HTTP)")):
+    for name, label in (
+            ("adk_database_session_service", "ADK DatabaseSessionService (in-process)"),
+            ("agentstate_over_http", "AgentStateSessionService (HTTP)"),
+            ("agentstate_over_httpx_transport",
+             "AgentStateSessionService (HTTP, httpx's own transport)")):
         r = results[name]
         cells = [f"{r[w]['event_ms']} / {r[w]['event_p90_ms']} ms, {r[w]['turn_ms']} ms"
                  for w in ("early", "late")]

@@ -31,6 +31,7 @@ and writes nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import time
@@ -40,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from agentstate_client._api import _thread_path
 from agentstate_client._adapters import OwnsClient, send_once
+from agentstate_client._api import _thread_path
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -71,21 +72,25 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
                       "pip install 'agentstate-client[adk]'") from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 __all__ = ["AgentStateSessionService"]
 
 PAGE = 1000  # messages per read, the server's maximum
 
 
+# Cached: every append names its session's, app's and user's threads again.
+@functools.lru_cache(maxsize=4096)
 def session_thread(app_name: str, user_id: str, session_id: str) -> str:
     return join_ids("adk", app_name, user_id, session_id)
 
 
+@functools.lru_cache(maxsize=4096)
 def app_thread(app_name: str) -> str:
     return join_ids("adk-app", app_name)
 
 
+@functools.lru_cache(maxsize=4096)
 def user_thread(app_name: str, user_id: str) -> str:
     return join_ids("adk-user", app_name, user_id)
 
@@ -132,6 +137,14 @@ def _digest(item: Mapping[str, Any]) -> str:
     """A short digest of a stored event, which names it apart from another with its id."""
     canonical = json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _message_ids(event_id: str, item: Mapping[str, Any]) -> Iterator[str]:
+    """The ids to store an event under, in turn: its own; for a different event that reuses
+    an id already taken (ADK keeps both), that id and a digest of the event (computed only
+    then)."""
+    yield encode_id(event_id)
+    yield encode_id(f"{event_id}#{_digest(item)}")
 
 
 def _revision(result: Mapping[str, Any]) -> int:
@@ -350,10 +363,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from None
         revision = int(marker)
         item = event.model_dump(mode="json", exclude_none=True)
-        # The event is stored under its own id; a different event that reuses an id already
-        # taken (ADK keeps both) under that id and a digest of the event.
-        names = (encode_id(event.id), encode_id(f"{event.id}#{_digest(item)}"))
-        for message_id in names:
+        for message_id in _message_ids(event.id, item):
             try:
                 results = await self._send(session, thread_id, message_id, item, revision,
                                            deltas, self._role(event))
