@@ -130,28 +130,31 @@ class _Body(httpx.AsyncByteStream):
                                reuse=self.message.done and self.message.keep_alive)
 
 
+def _reason(exc: OSError) -> str:
+    return str(exc) or type(exc).__name__
+
+
 async def _feed(connection: _Connection, message: _Message, timeout: float | None,
                 request: httpx.Request) -> None:
-    """Read once from the connection into the parser; httpx's errors for what goes wrong."""
+    """Read once from the connection into the parser; httpx's errors for what goes wrong.
+    The connection's fate is the transport's `release` (a message left unfinished closes
+    it)."""
     try:
         data = await _within(timeout, connection.reader.read(READ_SIZE))
     except TimeoutError as exc:
-        connection.close()
         raise httpx.ReadTimeout("timed out reading the response", request=request) from exc
     except OSError as exc:
-        connection.close()
-        raise httpx.ReadError(str(exc) or type(exc).__name__, request=request) from exc
+        raise httpx.ReadError(_reason(exc), request=request) from exc
     if not data:
-        connection.close()
         if message.head_done and not _framed(message):
             message.done = True  # a body delimited by the end of the connection
+            message.keep_alive = False
             return
         raise httpx.RemoteProtocolError(
             "Server disconnected without sending a complete response.", request=request)
     try:
         message.parser.feed_data(data)
     except httptools.HttpParserError as exc:
-        connection.close()
         raise httpx.RemoteProtocolError(f"malformed response: {exc}", request=request) from exc
 
 
@@ -203,7 +206,7 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
         except TimeoutError as exc:
             raise httpx.ConnectTimeout("timed out connecting", request=request) from exc
         except OSError as exc:
-            raise httpx.ConnectError(str(exc) or type(exc).__name__, request=request) from exc
+            raise httpx.ConnectError(_reason(exc), request=request) from exc
         return _Connection(reader, writer)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -231,7 +234,7 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
                 raise httpx.WriteTimeout("timed out sending the request",
                                          request=request) from exc
             if isinstance(exc, OSError):
-                raise httpx.WriteError(str(exc) or type(exc).__name__, request=request) from exc
+                raise httpx.WriteError(_reason(exc), request=request) from exc
             raise
         return httpx.Response(
             message.parser.get_status_code(), headers=message.headers,
