@@ -36,8 +36,9 @@ def test_server_settings_and_timeouts() -> None:
     keep, args = args_of("application_name=app&connect_timeout=7&options=-c%20a%3D1%20-cb%3D2"
                          "&prepared_statement_cache_size=0")
     assert keep == {"prepared_statement_cache_size": "0"}
-    assert args == {"timeout": 7.0, "server_settings": {"application_name": "app",
-                                                        "a": "1", "b": "2"}}
+    # SQLAlchemy's statement cache and asyncpg's own (app/db/direct.py) are both turned off.
+    assert args == {"timeout": 7.0, "statement_cache_size": 0,
+                    "server_settings": {"application_name": "app", "a": "1", "b": "2"}}
 
 
 @pytest.mark.parametrize(("query", "message"), [
@@ -45,6 +46,8 @@ def test_server_settings_and_timeouts() -> None:
     ("sslmode=maybe", "AGENTSTATE_DATABASE_URL has sslmode=maybe; use one of"),
     ("connect_timeout=soon", "AGENTSTATE_DATABASE_URL has a connect_timeout that is not"),
     ("options=--x", "AGENTSTATE_DATABASE_URL has options with 'x'"),
+    ("prepared_statement_cache_size=off",
+     "AGENTSTATE_DATABASE_URL has a prepared_statement_cache_size that is not a whole number"),
 ])
 def test_unknown_or_bad_parameters_are_one_line(query: str, message: str) -> None:
     with pytest.raises(ValidationError) as refused:

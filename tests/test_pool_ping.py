@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import httpx
 import pytest
@@ -70,3 +71,43 @@ async def test_a_write_whose_connection_dies_mid_transaction_answers_503(
     assert "Retry-After" in response.headers
     assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+
+
+@pytest.mark.parametrize("write", ["append", "batch"])
+async def test_an_append_whose_connection_dies_mid_transaction_answers_503(
+    client: httpx.AsyncClient, database_url: str, uid: str, write: str
+) -> None:
+    """As above for the writes whose statements go straight to asyncpg (app/db/direct.py):
+    the append waits for its thread's row lock when the backend is killed. A 503 with
+    Retry-After, nothing stored (no message, no new revision, no event), and the connection
+    replaced: the same write then succeeds."""
+    created = await client.post("/v1/threads", json={"thread_id": uid})
+    assert created.status_code == 201, created.text
+    (event,) = (await client.get("/v1/events", params={"thread_id": uid})).json()["data"]
+
+    def send() -> Awaitable[httpx.Response]:
+        message = {"id": "m1", "role": "user", "content": "hello"}
+        if write == "append":
+            return client.post(f"/v1/threads/{uid}/messages", json=message)
+        return client.post("/v1/batch", json={"operations": [{
+            "op": "thread.patch", "thread_id": uid, "if_match": '"1"',
+            "body": {"state": {"k": 1}, "append_messages": [message]}}]})
+
+    async with write_lock(database_url) as holder:
+        assert holder is not None
+        pending = asyncio.create_task(send())
+        await wait_until_blocked(database_url, holder)
+        assert await _terminate_backends(make_url(database_url).database,
+                                         waiting_only=True) == 1
+        response = await pending
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "Retry-After" in response.headers
+    thread = (await client.get(f"/v1/threads/{uid}")).json()
+    assert (thread["revision"], thread["message_count"], thread["state"]) == (1, 0, {})
+    events = (await client.get("/v1/events", params={"after": event["seq"],
+                                                    "thread_id": uid})).json()["data"]
+    assert events == []
+    again = await send()
+    assert again.status_code in (200, 201), again.text
+    assert (await client.get(f"/v1/threads/{uid}/messages")).json()["data"][0]["id"] == "m1"

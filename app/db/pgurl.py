@@ -51,6 +51,9 @@ def check_parameters(query: Mapping[str, str | tuple[str, ...]]) -> None:
                                         "seconds") from None
         if name == "options":
             _server_options(value)
+        if name == "prepared_statement_cache_size" and not value.isdigit():
+            raise UrlParameterError("has a prepared_statement_cache_size that is not a whole "
+                                    "number (0 turns prepared statements off, for PgBouncer)")
 
 
 def _server_options(options: str) -> dict[str, str]:
@@ -112,6 +115,9 @@ def translate(query: Mapping[str, str | tuple[str, ...]]) -> tuple[dict[str, Any
         args["timeout"] = float(params["connect_timeout"])
     if "passfile" in params:
         args["passfile"] = params["passfile"]
+    if "prepared_statement_cache_size" in params:
+        # SQLAlchemy's cache; the hot writes use asyncpg's own (app/db/direct.py): the same size.
+        args["statement_cache_size"] = int(params["prepared_statement_cache_size"])
     if server:
         args["server_settings"] = server
     return keep, args

@@ -14,9 +14,10 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, text
+from sqlalchemy import BigInteger, bindparam, column, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db import direct
 from app.db.base import AnyRow, table, utcnow
 from app.db.unit import PendingEvent
 from app.events.models import Event
@@ -24,7 +25,8 @@ from app.events.models import Event
 e = table(Event)
 _COLUMNS = ("tenant_id", "actor", "type", "resource", "revision", "thread_id", "at")
 SEQUENCE_BATCH = 5000
-_SEQUENCE = text("SELECT agentstate_sequence_events(:tenant, :limit)")
+_SEQUENCE = (text("SELECT agentstate_sequence_events(:tenant, :limit) AS head")
+             .columns(column("head", BigInteger)))
 _OUT = (e.c.seq, e.c.at, e.c.type, e.c.thread_id, e.c.resource, e.c.revision, e.c.actor)
 
 
@@ -63,7 +65,7 @@ class EventRepository:
                 _sqlite_insert(), [{f"v_{name}": row[name] for name in _COLUMNS} for row in rows])
             return
         # In order: the ids the rows draw are the order the sequencer numbers them in.
-        await self.connection.execute(_POSTGRES_INSERT, rows)
+        await direct.execute_many(self.connection, _POSTGRES_INSERT, rows)
 
     async def sequence(self) -> int:
         """Number the tenant's committed events that have no seq yet and return the tenant's
@@ -74,8 +76,9 @@ class EventRepository:
             return await self.head()
         # A tenant with more than a batch ready gets the rest on the next call: every
         # reader and the feed's sequencing pass call this before they read.
-        return int(await self.connection.scalar(
-            _SEQUENCE, {"tenant": self.tenant_id, "limit": SEQUENCE_BATCH}) or 0)
+        row = await direct.first(self.connection, _SEQUENCE,
+                                 {"tenant": self.tenant_id, "limit": SEQUENCE_BATCH})
+        return int(row[0] or 0)
 
     async def head(self) -> int:
         """The tenant's newest seq (0 before its first event)."""

@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ids import new_id
+from app.db import direct
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
 from app.messages.models import Message
@@ -70,6 +71,7 @@ def checks_ids_on_insert(messages: Sequence[MessageIn]) -> bool:
     return len(messages) == 1 and messages[0].parent_id is None
 
 
+_INSERT = insert(m)
 _TAKEN = (select(m.c.message_id)
           .where(m.c.thread_pk == bindparam("pk"), m.c.tenant_id == bindparam("tenant"),
                  m.c.message_id.in_(bindparam("ids", expanding=True)))
@@ -116,7 +118,7 @@ class MessageRepository:
         }
 
     async def insert(self, rows: list[dict[str, Any]]) -> None:
-        await self.connection.execute(insert(m), rows)
+        await direct.execute_many(self.connection, _INSERT, rows)
 
     async def append(self, thread: Any, messages: Sequence[MessageIn], now: datetime,
                      parents: Sequence[Parent | None] = ()
@@ -135,7 +137,7 @@ class MessageRepository:
         stored = [SimpleNamespace(**row) for row in rows]
         if checks_ids_on_insert(messages):
             stmt = _append(dialect_name(self.connection) == "postgresql")
-            if (await self.connection.execute(stmt, rows[0])).first() is None:
+            if await direct.first(self.connection, stmt, rows[0]) is None:
                 return stored, rows[0]["message_id"]
             return stored, None
         await self.insert(rows)

@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db import direct
 from app.db.base import AnyRow, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
 from app.threads.models import Thread, ThreadRevision
@@ -46,6 +47,7 @@ _LIVE_PK = select(t.c.id).where(_KEY, t.c.deleted_at.is_(None))
 _GET_MANY = (select(t).where(t.c.tenant_id == bindparam("tenant"),
                              t.c.thread_id.in_(bindparam("threads", expanding=True)))
              .order_by(t.c.thread_id))
+_GET_MANY_LOCKED = _GET_MANY.with_for_update(key_share=True)
 
 
 @cache
@@ -123,23 +125,22 @@ class ThreadRepository:
         """The row (live or tombstone). `lock` takes a row lock on Postgres; SQLite's write
         transactions are serialised by BEGIN IMMEDIATE already."""
         postgres_lock = lock if lock and dialect_name(self.connection) == "postgresql" else None
-        return (await self.connection.execute(_get(postgres_lock, returning),
-                                              self._params(thread_id))).first()
+        row: AnyRow | None = await direct.first(
+            self.connection, _get(postgres_lock, returning), self._params(thread_id))
+        return row
 
     async def get_many(self, thread_ids: list[str]) -> list[AnyRow]:
         """The rows (live or tombstones) of these threads in `thread_id` order, locked as
         `get(lock="update")` locks one: taken in that order, so two transactions that lock
         overlapping sets this way cannot deadlock on them."""
-        stmt = _GET_MANY
-        if dialect_name(self.connection) == "postgresql":
-            stmt = stmt.with_for_update(key_share=True)
-        return list((await self.connection.execute(
-            stmt, {"tenant": self.tenant_id, "threads": thread_ids})).all())
+        stmt = _GET_MANY_LOCKED if dialect_name(self.connection) == "postgresql" else _GET_MANY
+        return await direct.rows(self.connection, stmt,
+                                 {"tenant": self.tenant_id, "threads": thread_ids})
 
     async def live_pk(self, thread_id: str) -> int | None:
         """The key of a live thread, for reads of its children: the state is not fetched."""
-        pk: int | None = await self.connection.scalar(_LIVE_PK, self._params(thread_id))
-        return pk
+        row = await direct.first(self.connection, _LIVE_PK, self._params(thread_id))
+        return row[0] if row is not None else None
 
     async def insert(self, thread_id: str, values: dict[str, Any], now: datetime,
                      messages: int = 0) -> AnyRow | None:
@@ -196,19 +197,20 @@ class ThreadRepository:
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
-        return (await self.connection.execute(stmt, params)).first()
+        row: AnyRow | None = await direct.first(self.connection, stmt, params)
+        return row
 
     async def keep_history(self, thread_pk: int, revision: int, window: int) -> None:
         """Record the thread's current state as revision `revision` of its history, keeping
         what the last `window` revisions need (0: keep nothing)."""
         if window <= 0:
-            await self.connection.execute(_FORGET_HISTORY,
-                                          {"tenant": self.tenant_id, "pk": thread_pk})
+            await direct.execute(self.connection, _FORGET_HISTORY,
+                                 {"tenant": self.tenant_id, "pk": thread_pk})
             return
         params = {"tenant": self.tenant_id, "pk": thread_pk, "revision": revision,
                   "oldest": revision - window + 1}
         for stmt in _keep_history(dialect_name(self.connection) == "postgresql"):
-            await self.connection.execute(stmt, params)
+            await direct.execute(self.connection, stmt, params)
 
     async def history_at(self, thread_pk: int, revision: int) -> AnyRow | None:
         """The history entry that tells the state at `revision`: the newest at or below it."""

@@ -1,0 +1,216 @@
+"""The statements every write runs, executed straight on asyncpg (Postgres).
+
+SQLAlchemy's execution layer (the compiled cache lookup, an execution context, parameter
+and result processing, the cursor adapter, a greenlet switch) costs about 150 us of CPU a
+statement over what asyncpg itself spends, and an append runs five or six statements: about
+a fifth of the server's work per write (docs/PERFORMANCE.md). The repositories keep building
+their statements with SQLAlchemy, once, at import; for the hot ones they call this module
+instead of `connection.execute`. On Postgres it compiles each statement once per parameter
+shape with the engine's dialect, through SQLAlchemy's public `construct_expanded_state`
+(the SQL text, the order of its `$n` parameters and their bind processors: the same ones
+SQLAlchemy applies, so JSON is serialised by the engine's serializer and `UTCDateTime` is
+checked), and sends it on the request's asyncpg connection, inside the transaction
+SQLAlchemy manages: it is begun here if no statement has begun it yet, and committed or
+rolled back by the unit of work as always. Elsewhere (SQLite) it is `connection.execute`.
+
+What SQLAlchemy would otherwise do around a statement is kept:
+- the tenant guard (app/auth/tenancy.py) checks each statement when it is first compiled;
+- a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
+  would raise (a lost connection invalidated first), so app/http/problems.py answers as for
+  any statement;
+- rows come back as named tuples: by position, by attribute and through `_mapping`, like
+  SQLAlchemy's `Row`, with each column's result processor applied.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import namedtuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.dml import Insert
+
+from app.auth.tenancy import UnscopedQuery, unscoped_tables
+
+Params = Mapping[str, Any]
+# Where a positional parameter's value comes from: (the caller's parameter, its index in an
+# expanding list or None, the bind processor), or a constant the statement carries.
+_Source = tuple[str, int | None, Callable[[Any], Any] | None] | tuple[None, Any, None]
+
+
+class _Plan:
+    __slots__ = ("processors", "row", "sources", "sql")
+
+    def __init__(self, sql: str, sources: list[_Source], row: Any,
+                 processors: list[Callable[[Any], Any] | None]) -> None:
+        self.sql = sql
+        self.sources = sources
+        self.row = row
+        self.processors = processors if any(processors) else None
+
+    def args(self, params: Params) -> list[Any]:
+        out = []
+        for name, index, process in self.sources:
+            if name is None:
+                out.append(index)
+                continue
+            value = params[name] if index is None else params[name][index]
+            out.append(process(value) if process is not None else value)
+        return out
+
+    def rows(self, records: Sequence[Any]) -> list[Any]:
+        make, processors = self.row._make, self.processors
+        if processors is None:
+            return [make(record) for record in records]
+        return [make([value if process is None else process(value)
+                      for value, process in zip(record, processors, strict=True)])
+                for record in records]
+
+
+class _Row:
+    """`Row`'s `_mapping`, for named tuples."""
+
+    __slots__ = ()
+    _fields: tuple[str, ...]
+
+    @property
+    def _mapping(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self, strict=True))  # type: ignore[call-overload]
+
+
+# Per dialect (an engine's serializer is in its bind processors): each statement compiled
+# once per INSERT column list, and planned once per length of its expanding lists. Only the
+# statements repositories build once (at import, or in `functools.cache`d builders) come here,
+# so both stay as small as the code that builds them.
+_caches: weakref.WeakKeyDictionary[Any, tuple[dict[Any, Any], dict[Any, _Plan]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _plan(connection: AsyncConnection, stmt: Any, params: Params) -> _Plan:
+    dialect = connection.dialect
+    cache = _caches.get(dialect)
+    if cache is None:
+        cache = _caches[dialect] = ({}, {})
+    compiled_by_key, plans = cache
+    keys = tuple(params) if isinstance(stmt, Insert) else None
+    key = (id(stmt), keys)
+    found = compiled_by_key.get(key)
+    if found is None or found[0] is not stmt:  # (the entry holds `stmt`: its id stays its)
+        found = compiled_by_key[key] = _compile(dialect, stmt, keys)
+    _, compiled, expanding = found
+    shape = (*key, *(len(params[name]) for name in expanding))
+    plan = plans.get(shape)
+    if plan is None:
+        plan = plans[shape] = _make_plan(dialect, stmt, compiled, params)
+    return plan
+
+
+def _compile(dialect: Any, stmt: Any,
+             keys: tuple[str, ...] | None) -> tuple[Any, Any, tuple[str, ...]]:
+    unscoped = unscoped_tables(stmt)
+    if unscoped:
+        raise UnscopedQuery(f"Statement touches {', '.join(sorted(unscoped))} without a "
+                            "tenant_id filter.")
+    compiled = stmt.compile(dialect=dialect, column_keys=keys)
+    expanding = tuple(name for name, bind in compiled.binds.items() if bind.expanding)
+    return stmt, compiled, expanding
+
+
+def _make_plan(dialect: Any, stmt: Any, compiled: Any, params: Params) -> _Plan:
+    state = compiled.construct_expanded_state(dict(params))
+    expanded = {part: (name, i) for name, parts in state.parameter_expansion.items()
+                for i, part in enumerate(parts)}
+    sources: list[_Source] = []
+    for name in state.positiontup or ():
+        origin, index = expanded.get(name, (name, None))
+        process = state.processors.get(name)
+        if process is None and name in compiled.binds:
+            process = compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect)
+        if origin in params:
+            sources.append((origin, index, process))
+        else:  # a value the statement carries (a literal, `revision + 1`)
+            value = state.parameters[name]
+            sources.append((None, process(value) if process else value, None))
+    columns = list(stmt.selected_columns if hasattr(stmt, "selected_columns")
+                   else stmt.exported_columns)
+    fields = namedtuple("Row", [c.key for c in columns], rename=True)  # type: ignore[misc]
+    row = type("Row", (_Row, fields), {"__slots__": ()})
+    processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
+    return _Plan(state.statement, sources, row, processors)
+
+
+async def _driver(connection: AsyncConnection) -> tuple[Any, Any]:
+    """The asyncpg connection and SQLAlchemy's adapter of it, in the transaction SQLAlchemy
+    tracks: begun now if no statement has begun it (a connection in autocommit has none)."""
+    if not connection.in_transaction():
+        await connection.begin()
+    sync = connection.sync_connection
+    # Read without a round trip to the greenlet unless SQLAlchemy must reconnect first.
+    fairy = (sync.connection if sync is not None and not sync.invalidated
+             else await connection.get_raw_connection())
+    adapter: Any = fairy.dbapi_connection
+    if adapter._transaction is None and not adapter.autocommit:
+        await adapter._start_transaction()
+    return adapter._connection, adapter
+
+
+async def _run(connection: AsyncConnection, plan: _Plan, call: Callable[[Any], Any]) -> Any:
+    driver, adapter = await _driver(connection)
+    try:
+        return await call(driver)
+    except Exception as error:  # noqa: BLE001 - every error is translated, as SQLAlchemy does
+        try:
+            adapter._handle_exception(error)  # raises it as the DB-API error it maps to
+        except Exception as translated:
+            dialect = connection.dialect
+            if not isinstance(translated, dialect.loaded_dbapi.Error):
+                raise  # not the driver's (an OSError): raised as SQLAlchemy raises it
+            lost = dialect.is_disconnect(translated, adapter, None)
+            if lost:
+                await connection.invalidate(translated)
+            raise sa_exc.DBAPIError.instance(
+                plan.sql, None, translated, dialect.loaded_dbapi.Error, hide_parameters=True,
+                connection_invalidated=lost, dialect=dialect) from error
+
+
+def _direct(connection: AsyncConnection) -> bool:
+    return connection.dialect.driver == "asyncpg"
+
+
+async def rows(connection: AsyncConnection, stmt: Any, params: Params) -> list[Any]:
+    """`(await connection.execute(stmt, params)).all()`."""
+    if not _direct(connection):
+        return list((await connection.execute(stmt, params)).all())
+    plan = _plan(connection, stmt, params)
+    args = plan.args(params)
+    return plan.rows(await _run(connection, plan, lambda driver: driver.fetch(plan.sql, *args)))
+
+
+async def first(connection: AsyncConnection, stmt: Any, params: Params) -> Any:
+    """`(await connection.execute(stmt, params)).first()`."""
+    found = await rows(connection, stmt, params)
+    return found[0] if found else None
+
+
+async def execute(connection: AsyncConnection, stmt: Any, params: Params) -> None:
+    """`await connection.execute(stmt, params)` of a statement that returns no rows."""
+    if not _direct(connection):
+        await connection.execute(stmt, params)
+        return
+    plan = _plan(connection, stmt, params)
+    args = plan.args(params)
+    await _run(connection, plan, lambda driver: driver.execute(plan.sql, *args))
+
+
+async def execute_many(connection: AsyncConnection, stmt: Any,
+                       params: Sequence[Params]) -> None:
+    """`await connection.execute(stmt, params)` of a list of parameter sets, no rows back."""
+    if not _direct(connection) or not params:
+        await connection.execute(stmt, list(params))
+        return
+    plan = _plan(connection, stmt, params[0])
+    args = [plan.args(one) for one in params]
+    await _run(connection, plan, lambda driver: driver.executemany(plan.sql, args))
