@@ -1,11 +1,11 @@
-"""The statements every write runs, executed straight on asyncpg (Postgres).
+"""The statements every write runs, executed straight on asyncpg (Postgres's driver).
 
 SQLAlchemy's execution layer (the compiled cache lookup, an execution context, parameter
 and result processing, the cursor adapter, a greenlet switch) costs about 150 us of CPU a
 statement over what asyncpg itself spends, and an append runs five or six statements: about
 a fifth of the server's work per write (docs/PERFORMANCE.md). The repositories keep building
 their statements with SQLAlchemy, once, at import; for the hot ones they call this module
-instead of `connection.execute`. On Postgres it compiles each statement once per parameter
+instead of `connection.execute`. With asyncpg it compiles each statement once per parameter
 shape with the engine's dialect, through SQLAlchemy's public `construct_expanded_state`
 (the SQL text, the order of its `$n` parameters and their bind processors: the same ones
 SQLAlchemy applies, so JSON is serialised by the engine's serializer and `UTCDateTime` is
@@ -37,7 +37,8 @@ from app.auth.tenancy import UnscopedQuery, unscoped_tables
 
 Params = Mapping[str, Any]
 # Where a positional parameter's value comes from: (the caller's parameter, its index in an
-# expanding list or None, the bind processor), or a constant the statement carries.
+# expanding list or None, the bind processor), or (None, the processed value, None) for a
+# constant the statement carries.
 _Source = tuple[str, int | None, Callable[[Any], Any] | None] | tuple[None, Any, None]
 
 
@@ -53,11 +54,12 @@ class _Plan:
 
     def args(self, params: Params) -> list[Any]:
         out = []
-        for name, index, process in self.sources:
+        for name, index_or_constant, process in self.sources:
             if name is None:
-                out.append(index)
+                out.append(index_or_constant)
                 continue
-            value = params[name] if index is None else params[name][index]
+            value = (params[name] if index_or_constant is None
+                     else params[name][index_or_constant])
             out.append(process(value) if process is not None else value)
         return out
 
@@ -98,7 +100,7 @@ def _plan(connection: AsyncConnection, stmt: Any, params: Params) -> _Plan:
     keys = tuple(params) if isinstance(stmt, Insert) else None
     key = (id(stmt), keys)
     found = compiled_by_key.get(key)
-    if found is None or found[0] is not stmt:  # (the entry holds `stmt`: its id stays its)
+    if found is None or found[0] is not stmt:  # the entry holds `stmt`: no other takes its id
         found = compiled_by_key[key] = _compile(dialect, stmt, keys)
     _, compiled, expanding = found
     shape = (*key, *(len(params[name]) for name in expanding))
