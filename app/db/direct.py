@@ -18,6 +18,8 @@ What SQLAlchemy would otherwise do around a statement is kept:
 - a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
   would raise (a lost connection invalidated first), so app/http/problems.py answers as for
   any statement;
+- SQLAlchemy's `before_cursor_execute` listeners see each statement (with no execution
+  context: the tenant guard has checked it already), so statement tracing still works;
 - rows come back as named tuples: by position, by attribute and through `_mapping`, like
   SQLAlchemy's `Row`, with each column's result processor applied.
 """
@@ -159,8 +161,12 @@ async def _driver(connection: AsyncConnection) -> tuple[Any, Any]:
     return adapter._connection, adapter
 
 
-async def _run(connection: AsyncConnection, plan: _Plan, call: Callable[[Any], Any]) -> Any:
+async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
+               call: Callable[[Any], Any]) -> Any:
     driver, adapter = await _driver(connection)
+    sync = connection.sync_connection
+    if sync is not None:  # statement tracing (bench/sqlcapture.py) sees it; no context
+        sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, None, many)
     try:
         return await call(driver)
     except Exception as error:  # noqa: BLE001 - every error is translated, as SQLAlchemy does
@@ -178,8 +184,21 @@ async def _run(connection: AsyncConnection, plan: _Plan, call: Callable[[Any], A
                 connection_invalidated=lost, dialect=dialect) from error
 
 
+def _adapter_supported() -> bool:
+    """Whether SQLAlchemy's asyncpg adapter has the private members `_driver` and `_run` use.
+    A SQLAlchemy release that renames them sends every statement down SQLAlchemy's own path
+    instead of failing requests (tests/test_direct.py fails then, to say so)."""
+    from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection as adapter
+
+    return all(hasattr(adapter, name) for name in (
+        "_transaction", "_start_transaction", "_handle_exception", "_connection", "autocommit"))
+
+
+_SUPPORTED = _adapter_supported()
+
+
 def _direct(connection: AsyncConnection) -> bool:
-    return connection.dialect.driver == "asyncpg"
+    return _SUPPORTED and connection.dialect.driver == "asyncpg"
 
 
 async def rows(connection: AsyncConnection, stmt: Any, params: Params) -> list[Any]:
@@ -188,7 +207,9 @@ async def rows(connection: AsyncConnection, stmt: Any, params: Params) -> list[A
         return list((await connection.execute(stmt, params)).all())
     plan = _plan(connection, stmt, params)
     args = plan.args(params)
-    return plan.rows(await _run(connection, plan, lambda driver: driver.fetch(plan.sql, *args)))
+    records = await _run(connection, plan, args, False,
+                         lambda driver: driver.fetch(plan.sql, *args))
+    return plan.rows(records)
 
 
 async def first(connection: AsyncConnection, stmt: Any, params: Params) -> Any:
@@ -204,7 +225,8 @@ async def execute(connection: AsyncConnection, stmt: Any, params: Params) -> Non
         return
     plan = _plan(connection, stmt, params)
     args = plan.args(params)
-    await _run(connection, plan, lambda driver: driver.execute(plan.sql, *args))
+    await _run(connection, plan, args, False,
+               lambda driver: driver.execute(plan.sql, *args))
 
 
 async def execute_many(connection: AsyncConnection, stmt: Any,
@@ -215,4 +237,5 @@ async def execute_many(connection: AsyncConnection, stmt: Any,
         return
     plan = _plan(connection, stmt, params[0])
     args = [plan.args(one) for one in params]
-    await _run(connection, plan, lambda driver: driver.executemany(plan.sql, args))
+    await _run(connection, plan, args, True,
+               lambda driver: driver.executemany(plan.sql, args))
