@@ -605,3 +605,26 @@ async def test_secrets_sealed_under_a_passphrase_or_redacted(source_backend: str
             server = (await client.get("/v1/mcp-servers/ib",
                                        params={"include_secrets": "true"})).json()
             assert server["secrets"] == {}, "a redacted export restores no secrets"
+
+
+async def test_imported_message_times_read_alike_in_pages_and_single_reads(
+        database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
+    """Pages take a message's `created_at` as text from Postgres (`to_char`) and format it
+    themselves on SQLite; either way a year below 1000, a time on the second and the first
+    and last microseconds Python has (which asyncpg stores as -infinity and infinity) read
+    back as written, and as the single read gives them."""
+    times = ["0001-01-01T00:00:00.000000Z", "0999-01-02T03:04:05.000007Z",
+             "2026-12-01T10:00:00.000000Z", "9999-12-31T23:59:59.999999Z"]
+    records = thread_records(uid, messages=[{"created_at": at} for at in times])
+    code, err = await import_text(database_url, tmp_path, export_text(records))
+    assert code == 0, err
+    url = f"/v1/threads/{uid}/messages"
+    listed = await client.get(url)
+    assert listed.status_code == 200, listed.text
+    page = listed.json()["data"]
+    assert [message["created_at"] for message in page] == times
+    for message in page:
+        single = (await client.get(f"{url}/{message['id']}")).json()
+        assert single == message
+    included = (await client.get(f"/v1/threads/{uid}", params={"include": "messages"})).json()
+    assert [message["created_at"] for message in included["messages"]] == times

@@ -4,7 +4,7 @@ cost is the rows it returns, never the length of the thread."""
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -29,6 +29,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ids import new_id
+from app.core.schemas import utc_text
 from app.db import direct
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
@@ -47,9 +48,28 @@ Key = tuple[int, int]  # (position, seq): the order of both views
 
 
 _POSITION_SEQ = tuple_(m.c.position, m.c.seq)
-# A page's columns with the JSON ones as their stored text, for `schemas.render_message`.
-_AS_STORED = [cast(m.c[name], Text).label(name) if m.c[name].type._type_affinity is JSON
-              else m.c[name] for name in RENDERED_COLUMNS]
+# A page's columns with the JSON ones as their stored text, for `schemas.render_message`;
+# on Postgres `created_at` too, as `utc_text` writes it: decoding, converting and formatting
+# the datetimes in Python cost a third of the server's CPU for a page of 800.
+_UTC_TEXT: Any = literal_column("""'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'""")
+_LAST, _FIRST = (literal_column(f"'{utc_text(moment.replace(tzinfo=UTC))}'", Text)
+                 for moment in (datetime.max, datetime.min))
+
+
+@cache
+def _as_stored(postgres: bool) -> list[Any]:
+    columns = []
+    for name in RENDERED_COLUMNS:
+        column: Any = m.c[name]
+        if column.type._type_affinity is JSON:
+            column = cast(column, Text).label(name)
+        elif name == "created_at" and postgres:
+            text = func.to_char(func.timezone("UTC", column), _UTC_TEXT)
+            # asyncpg stores datetime.max and .min as +-infinity, which to_char makes NULL.
+            column = func.coalesce(text, case((column > func.now(), _LAST), else_=_FIRST))
+            column = column.label(name)
+        columns.append(column)
+    return columns
 
 
 @cache
@@ -158,7 +178,8 @@ class MessageRepository:
         Every bound is a (position, seq) row value, so both backends seek the index to it
         instead of stepping over the rows before it.
         """
-        stmt = select(*_AS_STORED) if as_stored else select(m)
+        stmt = (select(*_as_stored(dialect_name(self.connection) == "postgresql")) if as_stored
+                else select(m))
         stmt = stmt.where(self._thread(thread_pk))
         if live:
             stmt = stmt.where(m.c.status == LIVE)

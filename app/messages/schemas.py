@@ -227,8 +227,8 @@ RENDERED_COLUMNS = ("message_id", "seq", "position", "role", "content", "item", 
 
 def render_message(row: Any) -> str:
     """`MessageOut.from_row(row)` as JSON text, the same members in the same order, from a
-    row of `RENDERED_COLUMNS` with the JSON ones as their stored text
-    (`MessageRepository.page(..., as_stored=True)`): a page of 1,000 messages is rendered
+    row of `RENDERED_COLUMNS` with the JSON ones as their stored text and `created_at` as a
+    datetime or as `utc_text` writes it (`MessageRepository.page(..., as_stored=True)`): a page of 1,000 messages is rendered
     without parsing and re-serialising each one. tests/test_messages.py holds the two
     renderings equal."""
     (message_id, seq, position, role, content, item, name, tool_calls, tool_call_id,
@@ -245,8 +245,8 @@ def render_message(row: Any) -> str:
         parts.append(f',"tool_call_id":{_string(tool_call_id)}')
     if agent_name is not None:
         parts.append(f',"agent_name":{_string(agent_name)}')
-    parts.append(f',"metadata":{metadata},"created_at":"{utc_text(created_at)}",'
-                 f'"status":"{status}"')
+    created = created_at if type(created_at) is str else utc_text(created_at)
+    parts.append(f',"metadata":{metadata},"created_at":"{created}","status":"{status}"')
     compaction = compacted_by if status == "compacted" else summary_of
     if compaction is not None:
         parts.append(f',"compaction_id":{_string(compaction)}')
