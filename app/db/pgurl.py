@@ -53,7 +53,7 @@ def check_parameters(query: Mapping[str, str | tuple[str, ...]]) -> None:
             _server_options(value)
         if name == "prepared_statement_cache_size" and not value.isdigit():
             raise UrlParameterError("has a prepared_statement_cache_size that is not a whole "
-                                    "number (0 turns prepared statements off, for PgBouncer)")
+                                    "number (0 turns the statement caches off)")
 
 
 def _server_options(options: str) -> dict[str, str]:

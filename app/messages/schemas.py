@@ -228,9 +228,9 @@ RENDERED_COLUMNS = ("message_id", "seq", "position", "role", "content", "item", 
 def render_message(row: Any) -> str:
     """`MessageOut.from_row(row)` as JSON text, the same members in the same order, from a
     row of `RENDERED_COLUMNS` with the JSON ones as their stored text and `created_at` as a
-    datetime or as `utc_text` writes it (`MessageRepository.page(..., as_stored=True)`): a page of 1,000 messages is rendered
-    without parsing and re-serialising each one. tests/test_messages.py holds the two
-    renderings equal."""
+    datetime or as `utc_text` writes it (`MessageRepository.page(..., as_stored=True)`): a
+    page of 1,000 messages is rendered without parsing and re-serialising each one.
+    tests/test_messages.py holds the two renderings equal."""
     (message_id, seq, position, role, content, item, name, tool_calls, tool_call_id,
      agent_name, metadata, created_at, status, compacted_by, summary_of, parent_id) = row
     parts = [f'{{"id":{_string(message_id)},"seq":{seq},"position":{position},'
