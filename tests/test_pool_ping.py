@@ -9,6 +9,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.core.settings import Settings
+from tests.conftest import running
 from tests.support import pg_connect, wait_until_blocked, write_lock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
@@ -111,3 +113,25 @@ async def test_an_append_whose_connection_dies_mid_transaction_answers_503(
     again = await send()
     assert again.status_code in (200, 201), again.text
     assert (await client.get(f"/v1/threads/{uid}/messages")).json()["data"][0]["id"] == "m1"
+
+
+async def test_without_pre_ping_a_write_on_a_killed_connection_answers_503(
+    database_url: str, uid: str
+) -> None:
+    """With `AGENTSTATE_POOL_PRE_PING=false` a pooled connection the database killed is
+    found by the write itself: its first statement goes straight to asyncpg
+    (app/db/direct.py), whose BEGIN then fails. A 503, never a 500; the dead connection is
+    dropped, so the write sent again succeeds."""
+    settings = Settings(database_url=database_url, auto_migrate=False, pool_pre_ping=False,
+                        _env_file=None)  # type: ignore[call-arg]
+    async with running(settings) as application, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=application, raise_app_exceptions=False),
+            base_url="http://agentstate.test") as client:
+        assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+        assert await _terminate_backends(make_url(database_url).database) >= 1
+        message = {"id": "m1", "role": "user", "content": "hello"}
+        failed = await client.post(f"/v1/threads/{uid}/messages", json=message)
+        assert failed.status_code == 503, failed.text
+        assert failed.headers["content-type"] == "application/problem+json"
+        again = await client.post(f"/v1/threads/{uid}/messages", json=message)
+        assert again.status_code == 201, again.text

@@ -146,29 +146,30 @@ def _make_plan(dialect: Any, stmt: Any, compiled: Any, params: Params) -> _Plan:
     return _Plan(state.statement, sources, row, processors)
 
 
-async def _driver(connection: AsyncConnection) -> tuple[Any, Any]:
-    """The asyncpg connection and SQLAlchemy's adapter of it, in the transaction SQLAlchemy
-    tracks: begun now if no statement has begun it (a connection in autocommit has none)."""
+async def _adapter(connection: AsyncConnection) -> Any:
+    """SQLAlchemy's adapter of the request's asyncpg connection, in the transaction
+    SQLAlchemy tracks (begun here if no statement has begun it)."""
     if not connection.in_transaction():
         await connection.begin()
     sync = connection.sync_connection
     # Read without a round trip to the greenlet unless SQLAlchemy must reconnect first.
     fairy = (sync.connection if sync is not None and not sync.invalidated
              else await connection.get_raw_connection())
-    adapter: Any = fairy.dbapi_connection
-    if adapter._transaction is None and not adapter.autocommit:
-        await adapter._start_transaction()
-    return adapter._connection, adapter
+    return fairy.dbapi_connection
 
 
 async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                call: Callable[[Any], Any]) -> Any:
-    driver, adapter = await _driver(connection)
-    sync = connection.sync_connection
-    if sync is not None:  # statement tracing (bench/sqlcapture.py) sees it; no context
-        sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, None, many)
+    adapter = await _adapter(connection)
     try:
-        return await call(driver)
+        # asyncpg's BEGIN, sent with the first statement as SQLAlchemy's cursor sends it (a
+        # connection in autocommit has none); its errors are translated like the statement's.
+        if adapter._transaction is None and not adapter.autocommit:
+            await adapter._start_transaction()
+        sync = connection.sync_connection
+        if sync is not None:  # statement tracing (bench/sqlcapture.py) sees it; no context
+            sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, None, many)
+        return await call(adapter._connection)
     except Exception as error:  # noqa: BLE001 - every error is translated, as SQLAlchemy does
         try:
             adapter._handle_exception(error)  # raises it as the DB-API error it maps to
@@ -185,7 +186,7 @@ async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
 
 
 def _adapter_supported() -> bool:
-    """Whether SQLAlchemy's asyncpg adapter has the private members `_driver` and `_run` use.
+    """Whether SQLAlchemy's asyncpg adapter has the private members `_run` uses.
     A SQLAlchemy release that renames them sends every statement down SQLAlchemy's own path
     instead of failing requests (tests/test_direct.py fails then, to say so)."""
     from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection as adapter
