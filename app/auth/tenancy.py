@@ -66,13 +66,18 @@ def install_tenant_guard(engine: AsyncEngine) -> None:
             return
         if context.execution_options.get(_OPTION):
             return
-        unscoped = unscoped_tables(compiled.statement)
-        if unscoped:
-            log.error("unscoped query on %s", ", ".join(sorted(unscoped)))
-            raise UnscopedQuery(
-                f"Statement touches {', '.join(sorted(unscoped))} without a tenant_id filter."
-            )
+        require_scoped(compiled.statement)
         checked.add(compiled)
+
+
+def require_scoped(statement: Any) -> None:
+    """Raise `UnscopedQuery` (and log it) if `statement` touches tenant rows unscoped."""
+    unscoped = unscoped_tables(statement)
+    if unscoped:
+        log.error("unscoped query on %s", ", ".join(sorted(unscoped)))
+        raise UnscopedQuery(
+            f"Statement touches {', '.join(sorted(unscoped))} without a tenant_id filter."
+        )
 
 
 def unscoped_tables(statement: Any) -> set[str]:

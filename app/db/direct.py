@@ -35,7 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
 
-from app.auth.tenancy import UnscopedQuery, unscoped_tables
+from app.auth.tenancy import require_scoped
 
 Params = Mapping[str, Any]
 # Where a positional parameter's value comes from: (the caller's parameter, its index in an
@@ -102,7 +102,7 @@ def _plan(connection: AsyncConnection, stmt: Any, params: Params) -> _Plan:
     keys = tuple(params) if isinstance(stmt, Insert) else None
     key = (id(stmt), keys)
     found = compiled_by_key.get(key)
-    if found is None or found[0] is not stmt:  # the entry holds `stmt`: no other takes its id
+    if found is None:  # the entry holds `stmt`, so no other statement can take its id
         found = compiled_by_key[key] = _compile(dialect, stmt, keys)
     _, compiled, expanding = found
     shape = (*key, *(len(params[name]) for name in expanding))
@@ -114,10 +114,7 @@ def _plan(connection: AsyncConnection, stmt: Any, params: Params) -> _Plan:
 
 def _compile(dialect: Any, stmt: Any,
              keys: tuple[str, ...] | None) -> tuple[Any, Any, tuple[str, ...]]:
-    unscoped = unscoped_tables(stmt)
-    if unscoped:
-        raise UnscopedQuery(f"Statement touches {', '.join(sorted(unscoped))} without a "
-                            "tenant_id filter.")
+    require_scoped(stmt)
     compiled = stmt.compile(dialect=dialect, column_keys=keys)
     expanding = tuple(name for name, bind in compiled.binds.items() if bind.expanding)
     return stmt, compiled, expanding
