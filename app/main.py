@@ -12,9 +12,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.agent_states.router import router as agent_states_router
-from app.batch.router import router as batch_router
 from app.auth.authenticator import Authenticator
-from app.auth.tenancy import install_tenant_guard
+from app.batch.router import router as batch_router
 from app.checkpoints.router import router as checkpoints_router
 from app.compactions.router import router as compactions_router
 from app.core.logging import configure_logging
@@ -22,6 +21,7 @@ from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.db.tenancy import install_tenant_guard
 from app.events.feed import Feed
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware

@@ -17,9 +17,9 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, or_, select, update
 
-from app.auth.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.cli import is_loopback
 from app.core.settings import Settings
+from app.db.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.events.models import Event
 from app.http.dependencies import Reader, Writer
 from app.main import create_app

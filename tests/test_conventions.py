@@ -17,8 +17,13 @@ SLICES = sorted(p.name for p in APP.iterdir()
 
 
 def imports(path: Path) -> set[str]:
+    return source_imports(path.read_text())
+
+
+def source_imports(source: str) -> set[str]:
+    """Every module (and `module.name`) the source imports, at the top or inside a function."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -78,7 +83,6 @@ def test_sql_lives_in_repositories() -> None:
     for path in APP.rglob("*.py"):
         relative = path.relative_to(APP)
         if (path.name in ("repository.py", "models.py") or relative.parts[0] == "db"
-                or relative == Path("auth/tenancy.py")  # the guard inspects compiled SQL
                 or relative == Path("cli.py")):
             continue
         for name in imports(path):
@@ -92,6 +96,45 @@ def test_repositories_return_facts_and_services_decide_errors() -> None:
         for name in imports(path):
             assert not name.endswith((".errors", "errors.AppError")) \
                 and not name.startswith("app.core.errors"), f"{path} imports {name}"
+
+
+# The layers point one way: core <- db <- the slices, http and the composition roots
+# (docs/ARCHITECTURE.md). A layer imports, from the app, only itself and the layers listed.
+LAYER_IMPORTS = {"core": set(), "db": {"core"}}
+# The model registry (app/db/models.py) imports every slice's tables, so that Base.metadata is
+# complete: the one import from a slice the db layer makes.
+MODEL_REGISTRY = APP / "db" / "models.py"
+
+
+def layer_violations(layer: str, path: Path, source: str) -> list[str]:
+    allowed = {layer, *LAYER_IMPORTS[layer]}
+    found = []
+    for name in source_imports(source):
+        parts = name.split(".")
+        if parts[0] != "app" or len(parts) < 2 or parts[1] in allowed:
+            continue
+        if path == MODEL_REGISTRY and parts[2:3] == ["models"]:
+            continue
+        found.append(f"{path.relative_to(ROOT)} imports {name}: {layer} may import only "
+                     f"{', '.join(sorted(allowed))}")
+    return found
+
+
+def test_layers_point_one_way() -> None:
+    for layer in LAYER_IMPORTS:
+        for path in (APP / layer).rglob("*.py"):
+            assert not layer_violations(layer, path, path.read_text())
+
+
+def test_the_layer_rule_sees_lazy_and_aliased_imports() -> None:
+    """What the rule above would miss if it only read top-level `from` imports."""
+    core, db = APP / "core" / "x.py", APP / "db" / "x.py"
+    assert layer_violations("core", core, "def f():\n    from app.db.engine import x\n")
+    assert layer_violations("core", core, "import app.auth.principal as p\n")
+    assert layer_violations("db", db, "from app.auth import tenancy\n")
+    assert layer_violations("db", db, "from app.threads.models import Thread\n")
+    assert not layer_violations("db", MODEL_REGISTRY, "from app.threads.models import Thread\n")
+    assert not layer_violations("db", db, "from app.core.settings import Settings\n")
 
 
 def test_core_knows_nothing_of_fastapi() -> None:

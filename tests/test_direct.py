@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
 
-from app.auth.principal import OPEN_TENANT
+from app.core.principal import OPEN_TENANT
 from app.db import direct
 from app.threads.repository import _get
 

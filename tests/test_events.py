@@ -186,7 +186,7 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
     lock) and a poller sees B's event at once; A's, committed later, is numbered after B's,
     so the poller's cursor (now past B) still gets it: events come in commit order and a late
     commit is never skipped. (SQLite serialises writers: B cannot begin before A commits.)"""
-    from app.auth.principal import ANONYMOUS, OPEN_TENANT, Principal
+    from app.core.principal import ANONYMOUS, OPEN_TENANT, Principal
     from app.db.unit import UnitOfWork
     from app.events.repository import EventRepository
 

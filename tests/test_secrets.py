@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.auth.principal import Principal
+from app.core.principal import Principal
 from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db.engine import Database

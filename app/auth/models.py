@@ -12,7 +12,7 @@ class ApiKey(Base):
     """An API key: its public `key_id`, its tenant and scopes, and a hash of the token.
 
     The only table read across tenants (a key is what tells us the tenant), so it opts out of
-    the tenant guard (`app/auth/tenancy.py`).
+    the tenant guard (`app/db/tenancy.py`).
     """
 
     __tablename__ = "api_keys"

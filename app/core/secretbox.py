@@ -28,7 +28,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from app.core.errors import SecretsNotConfigured, SecretsUndecryptable
 from app.core.jsonutil import dumps
-from app.core.settings import Settings
+from app.core.settings import Settings, sqlite_file
 
 KEY_FILE = "secret.key"
 log = logging.getLogger("agentstate.secrets")
@@ -121,8 +121,6 @@ def _key_file(path: Path) -> str:
 def key_file_path(settings: Settings) -> Path | None:
     """Where the generated key of a SQLite database lives (None: Postgres, or in memory)."""
     from sqlalchemy.engine import make_url
-
-    from app.db.engine import sqlite_file
 
     url = make_url(settings.database_url)
     database = sqlite_file(url.database, url.query) if url.get_backend_name() == "sqlite" else None

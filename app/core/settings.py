@@ -11,8 +11,9 @@ and handed to `create_app(settings)`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -22,6 +23,8 @@ from pydantic_settings import (
     SecretsSettingsSource,
     SettingsConfigDict,
 )
+
+from app.core.pgurl import check_parameters
 
 
 def data_dir() -> Path:
@@ -51,6 +54,16 @@ def secrets_dir() -> Path | None:
         return Path(configured)
     default = Path("/run/secrets")
     return default if default.is_dir() else None
+
+
+def sqlite_file(database: str | None, query: Mapping[str, Any]) -> Path | None:
+    """The file of a SQLite URL's database (None: in memory); `file:` URIs (`?uri=true`)
+    included."""
+    if not database or database == ":memory:" or "mode=memory" in str(query):
+        return None
+    if query.get("uri") and database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser()
 
 
 def normalise_database_url(url: str) -> str:
@@ -205,8 +218,6 @@ class Settings(BaseSettings):
             raise ValueError(f"names the {backend} database, which agentstate does not "
                              "support; use postgresql://... or sqlite:///...")
         if backend == "postgresql":
-            from app.db.pgurl import check_parameters
-
             check_parameters(make_url(url).query)  # libpq's names; unknown ones refused
         return url
 

@@ -14,7 +14,7 @@ SQLAlchemy manages: it is begun here if no statement has begun it yet, and commi
 rolled back by the unit of work as always. Elsewhere (SQLite) it is `connection.execute`.
 
 What SQLAlchemy would otherwise do around a statement is kept:
-- the tenant guard (app/auth/tenancy.py) checks each statement when it is first compiled;
+- the tenant guard (app/db/tenancy.py) checks each statement when it is first compiled;
 - a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
   would raise (a lost connection invalidated first), so app/http/problems.py answers as for
   any statement;
@@ -35,7 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
 
-from app.auth.tenancy import require_scoped
+from app.db.tenancy import require_scoped
 
 Params = Mapping[str, Any]
 # Where a positional parameter's value comes from: (the caller's parameter, its index in an

@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util import await_
 
 from app.core.jsonutil import dumps, sqlite_contains
-from app.core.settings import Settings, data_dir
+from app.core.settings import Settings, data_dir, sqlite_file
 from app.db.diagnosis import Diagnosis
 
 _LAST_USED = "agentstate_last_used"
@@ -41,7 +41,7 @@ def build_engine(settings: Settings) -> AsyncEngine:
         )
         _configure_sqlite(engine, settings)
         return engine
-    from app.db.pgurl import translate
+    from app.core.pgurl import translate
 
     query, from_url = translate(url.query)
     url = url.set(query=query)
@@ -76,16 +76,6 @@ def build_engine(settings: Settings) -> AsyncEngine:
     if settings.pool_pre_ping:
         _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
-
-
-def sqlite_file(database: str | None, query: Any) -> Path | None:
-    """The file of a SQLite URL's database (None: in memory); `file:` URIs (`?uri=true`)
-    included."""
-    if not database or database == ":memory:" or "mode=memory" in str(query):
-        return None
-    if query.get("uri") and database.startswith("file:"):
-        database = database.removeprefix("file:").split("?", 1)[0]
-    return Path(database).expanduser()
 
 
 def _private_file(path: Path) -> None:

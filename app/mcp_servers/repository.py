@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import AnyRow, table
 from app.db.revisioned import RevisionedRepository
@@ -26,8 +27,15 @@ class McpServerRepository(RevisionedRepository):
         stmt = stmt.order_by(m.c.server_name).limit(limit)
         return list((await self.connection.execute(stmt)).all())
 
-    # Key rotation is an operator's job over every tenant (`agentstate secrets rotate`), the
-    # one place where statements are deliberately not scoped by tenant.
+
+
+class StoredSecretsRepository:
+    """The sealed secrets of every tenant, for the operator's jobs that span them: key rotation
+    (`agentstate secrets rotate`) and the start-up check that the keys open them. The one place
+    where statements are deliberately not scoped by tenant; nothing here runs in a request."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
 
     async def ciphertexts_after(self, after_id: int, limit: int) -> list[AnyRow]:
         stmt = (select(m.c.id, m.c.tenant_id, m.c.server_name, m.c.secrets)

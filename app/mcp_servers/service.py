@@ -21,7 +21,7 @@ from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.mcp_servers.errors import UnknownSecret
-from app.mcp_servers.repository import McpServerRepository
+from app.mcp_servers.repository import McpServerRepository, StoredSecretsRepository
 from app.mcp_servers.schemas import MASK, McpServerOut, McpServerPatch, McpServerReplace
 
 CURSOR = "mcp_servers"
@@ -168,8 +168,7 @@ async def rotate_batch(connection: AsyncConnection, box: SecretBox, after_id: in
     Returns the last row id seen (None when done), how many were rotated, and the
     `tenant/server` names no configured key opens (names only, never values).
     """
-    # Key rotation crosses tenants: the repository's tenant is not used by these two calls.
-    repo = McpServerRepository(connection, "")
+    repo = StoredSecretsRepository(connection)
     rows = await repo.ciphertexts_after(after_id, limit)
     rotated, unreadable = 0, []
     for row in rows:

@@ -19,6 +19,7 @@ from app.core.settings import Settings
 from app.db import migrate
 from app.db.diagnosis import diagnose
 from app.db.engine import Database
+from app.mcp_servers.repository import StoredSecretsRepository
 
 log = logging.getLogger("agentstate")
 
@@ -76,11 +77,8 @@ async def check_schema(db: Database, settings: Settings) -> str | None:
 async def check_secrets(db: Database, box: SecretBox | None) -> None:
     """Open one stored ciphertext: keys changed without `secrets rotate` are found at start
     (and said in one line) rather than by the first read of a secret."""
-    from app.mcp_servers.repository import McpServerRepository
-
     async with db.read() as connection:
-        # Across tenants, as `secrets rotate` reads them (the tenant is not used here).
-        rows = await McpServerRepository(connection, "").ciphertexts_after(0, 1)
+        rows = await StoredSecretsRepository(connection).ciphertexts_after(0, 1)
     if not rows:
         return
     owner, token = f"{rows[0].tenant_id}/{rows[0].server_name}", rows[0].secrets
