@@ -17,12 +17,12 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, or_, select, update
 
-from app.cli import is_loopback
 from app.core.settings import Settings
 from app.db.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.events.models import Event
 from app.http.dependencies import Reader, Writer
 from app.main import create_app
+from app.ops.listen import is_loopback
 from app.threads.models import Thread
 from tests.conftest import migrated_database
 from tests.support import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, inspect, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.auth.models import ApiKey
@@ -27,6 +27,10 @@ class ApiKeyRepository:
             k.c.key_id == key_id
         )
         return (await self.connection.execute(stmt)).first()
+
+    async def table_exists(self) -> bool:
+        """False on a database not migrated as far as the keys' table."""
+        return await self.connection.run_sync(lambda sync: inspect(sync).has_table(k.name))
 
     async def any_exist(self) -> bool:
         """Revoked keys count: revoking the last key must not open the server to everyone."""

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
 from app.db.base import AnyRow, table
-from app.threads.models import Thread
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.threads.models import Thread
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)

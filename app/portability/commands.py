@@ -1,7 +1,7 @@
 """`agentstate export | import | copy | backup`: arguments, progress and summaries.
 
-Thin: each command builds its settings and databases, calls one use case in
-`app/portability/service.py` (or `app/db/backup.py`), and reports. Exit status 0 when
+Thin: each command builds its settings and databases, calls one use case (`export.py`,
+`importer.py`, `copy.py`, or `app/db/backup.py`), and reports. Exit status 0 when
 everything was done, 1 when something was refused, differs or stopped the command, 2 when
 the command could not start (bad arguments, a schema that is not current, no keys).
 """
@@ -139,9 +139,10 @@ async def _export(args: argparse.Namespace) -> int:
     from app.core.secretbox import SecretKeyError, load_secret_box
     from app.db import migrate
     from app.db.engine import Database
+    from app.portability.copy import count_records
+    from app.portability.export import export
     from app.portability.format import Header
     from app.portability.secrets import SecretsError, SecretsOut, new_kdf, read_passphrase
-    from app.portability.service import count_records, export
 
     settings = _settings()
     try:
@@ -192,15 +193,9 @@ async def _import(args: argparse.Namespace) -> int:
     from app.db.engine import Database
     from app.portability.foreign import foreign_source
     from app.portability.format import Header
+    from app.portability.importer import Importer
+    from app.portability.reader import ImportStopped, Item, from_sync, read_header, read_items
     from app.portability.secrets import SecretsError, SecretsIn, read_passphrase
-    from app.portability.service import (
-        Importer,
-        ImportStopped,
-        Item,
-        from_sync,
-        read_header,
-        read_items,
-    )
 
     settings = _settings()
     stream = None
@@ -265,7 +260,8 @@ def _run_copy(args: argparse.Namespace) -> int:
 
 async def _copy(args: argparse.Namespace) -> int:
     from app.db.engine import Database
-    from app.portability.service import ImportStopped, copy, count_records, verify
+    from app.portability.copy import copy, count_records, verify
+    from app.portability.reader import ImportStopped
 
     source_settings, target_settings = (_settings(database_url=args.source),
                                         _settings(database_url=args.target))

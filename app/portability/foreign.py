@@ -37,8 +37,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.core.settings import normalise_database_url
 from app.portability.format import END, THREAD_END, Counts, timestamp_text
+from app.portability.reader import Item
 from app.portability.repository import AisuiteRepository, ColosseumRepository
-from app.portability.service import Item
 
 AISUITE_KEY = "aisuite"
 # Members of an aisuite message that agentstate keeps as fields (besides role and content);
