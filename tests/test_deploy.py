@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from app.cli import build_parser
 from app.core.settings import Settings
@@ -427,6 +428,9 @@ def test_the_image_installs_the_locked_dependencies_with_hashes() -> None:
     for requirement in declared:
         name = re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
         assert name in pins, f"{name} is not in requirements.lock: regenerate it"
+        # The lock stays inside pyproject's bounds (sqlalchemy's is tight: app/db/direct.py).
+        assert Requirement(requirement).specifier.contains(pins[name]), (
+            f"requirements.lock pins {name}=={pins[name]}, outside {requirement!r}")
     for block in re.split(r"\n(?=[a-z])", LOCK.read_text().split("\n", 2)[2]):
         assert "--hash=sha256:" in block, block.splitlines()[0]
     build, _final = containerfile_stages()

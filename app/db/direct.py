@@ -182,17 +182,33 @@ async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                 connection_invalidated=lost, dialect=dialect) from error
 
 
-def _adapter_supported() -> bool:
-    """Whether SQLAlchemy's asyncpg adapter has the private members `_run` uses.
-    A SQLAlchemy release that renames them sends every statement down SQLAlchemy's own path
-    instead of failing requests (tests/test_direct.py fails then, to say so)."""
+# The private members of SQLAlchemy's asyncpg adapter that `_run` uses, checked against
+# SQLAlchemy 2.1.9 (pyproject.toml bounds the version to that series). A release that renames
+# them sends every statement down SQLAlchemy's own path instead of failing requests; the
+# start-up log says so (`fallback_reason`), and tests/test_direct.py fails.
+_MEMBERS = ("_transaction", "_start_transaction", "_handle_exception", "_connection",
+            "autocommit")
+
+
+def _missing_members() -> tuple[str, ...]:
     from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection as adapter
 
-    return all(hasattr(adapter, name) for name in (
-        "_transaction", "_start_transaction", "_handle_exception", "_connection", "autocommit"))
+    return tuple(name for name in _MEMBERS if not hasattr(adapter, name))
 
 
-_SUPPORTED = _adapter_supported()
+_MISSING = _missing_members()
+_SUPPORTED = not _MISSING
+
+
+def fallback_reason(dialect: Any) -> str | None:
+    """Why the hot writes on this dialect take SQLAlchemy's path although its driver is
+    asyncpg (None: they take the direct one, or the driver is not asyncpg)."""
+    if _SUPPORTED or dialect.driver != "asyncpg":
+        return None
+    import sqlalchemy
+
+    return (f"SQLAlchemy {sqlalchemy.__version__}'s asyncpg adapter has no "
+            f"{', '.join(_MISSING)}")
 
 
 def _direct(connection: AsyncConnection) -> bool:

@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.core.secretbox import SecretBox, SecretKeyError, load_secret_box, secrets_status
 from app.core.settings import Settings
-from app.db import migrate
+from app.db import direct, migrate
 from app.db.diagnosis import diagnose
 from app.db.engine import Database
 from app.mcp_servers.repository import StoredSecretsRepository
@@ -125,6 +125,12 @@ async def start(app: Any, settings: Settings, db: Database) -> None:
         app.state.secret_box = load_secret_box(settings)
     except SecretKeyError as error:
         raise StartupError(str(error)) from None
+    fallback = direct.fallback_reason(db.engine.dialect)
+    if fallback is not None:
+        log.warning("the direct write path is off (%s): writes run through SQLAlchemy's "
+                    "execution, and the direct path serves 1.2-1.4x their appends and state "
+                    "writes a second (docs/PERFORMANCE.md); install the SQLAlchemy release "
+                    "pyproject.toml names (sqlalchemy>=2.1.9,<2.2)", fallback)
     try:
         if settings.should_auto_migrate:
             try:
