@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -628,3 +629,23 @@ async def test_imported_message_times_read_alike_in_pages_and_single_reads(
         assert single == message
     included = (await client.get(f"/v1/threads/{uid}", params={"include": "messages"})).json()
     assert [message["created_at"] for message in included["messages"]] == times
+
+
+async def test_the_progress_bar_shows_the_rate(tmp_path: Path, uid: str) -> None:
+    """export, import and copy end with their bar's last state on stderr (not a terminal
+    here): rows done and rows per second, for a run shorter than one update batch too."""
+    source = await migrated(f"sqlite+aiosqlite:///{tmp_path / 'source.db'}")
+    target = f"sqlite+aiosqlite:///{tmp_path / 'target.db'}"
+    rate = re.compile(r"(?m)^(export|import|copy) .* (\d[\d,]*) rows/s ")
+    for messages in (2, 1200):  # fewer rows than one batch of updates, and many batches
+        text = export_text(thread_records(f"t{messages}-{uid}", messages=[{}] * messages))
+        code, err = await import_text(source, tmp_path, text)
+        assert code == 0, err
+        code, _, copied = await cli(source, "copy", "--from", source, "--to", target)
+        assert code == 0, copied
+        code, _, exported = await cli(source, "export", "-o", str(tmp_path / "out.jsonl"))
+        assert code == 0, exported
+        for out, command in ((err, "import"), (copied, "copy"), (exported, "export")):
+            found = rate.search(out)
+            assert found is not None and found.group(1) == command, out
+            assert int(found.group(2).replace(",", "")) > 0 and "- rows/s" not in out, out

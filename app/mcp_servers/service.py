@@ -16,7 +16,7 @@ from app.core.errors import Forbidden, Unprocessable
 from app.core.mergepatch import merge_patch
 from app.core.pagination import Page, decode_name_cursor, split_page
 from app.core.revisions import Preconditions, RevisionedResource
-from app.core.secretbox import SecretBox, require_box
+from app.core.secretbox import SecretBox, require_box, require_opener
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
@@ -55,7 +55,7 @@ class McpServerService:
     def _stored_secrets(self, row: Any) -> dict[str, str]:
         if row is None or row.secrets is None:
             return {}
-        return require_box(self.box).open(self._owner(row.server_name), row.secrets)
+        return require_opener(self.box).open(self._owner(row.server_name), row.secrets)
 
     def _secret_columns(self, server_name: str, current: Any,
                         incoming: dict[str, str | None] | None, *, patch: bool) -> dict[str, Any]:

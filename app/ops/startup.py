@@ -14,7 +14,14 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.core.secretbox import SecretBox, SecretKeyError, load_secret_box, secrets_status
+from app.core.secretbox import (
+    FROM_SQLITE,
+    SecretBox,
+    SecretKeyError,
+    keys_source,
+    load_secret_box,
+    secrets_status,
+)
 from app.core.settings import Settings
 from app.db import direct, migrate
 from app.db.diagnosis import diagnose
@@ -31,6 +38,9 @@ EXIT_FAILED = 1
 # Set by `agentstate serve` for its workers: the address the banner names.
 LISTEN_ADDRESS = "AGENTSTATE_LISTEN_ADDRESS"
 PERMANENT = {"database_missing", "database_auth_failed", "database_tls_failed"}
+# How many stored secrets the start-up opens (the oldest): enough to tell keys that open none
+# from keys that open some, at a few milliseconds of work.
+SECRETS_CHECKED = 1000
 
 
 class StartupError(Exception):
@@ -74,25 +84,38 @@ async def check_schema(db: Database, settings: Settings) -> str | None:
     return current
 
 
-async def check_secrets(db: Database, box: SecretBox | None) -> None:
-    """Open one stored ciphertext: keys changed without `secrets rotate` are found at start
-    (and said in one line) rather than by the first read of a secret."""
+async def check_secrets(db: Database, box: SecretBox | None, settings: Settings) -> None:
+    """Open the stored secrets (the oldest SECRETS_CHECKED) with the configured keys, so keys
+    changed without `secrets rotate`, a lost key file, or data copied from another database
+    without its key are said at start, in one line naming the key and the variable.
+
+    Said, not refused: everything but reading those secrets still works (threads, messages
+    and agent states do not wait on a key), and a database may hold secrets sealed under
+    keys of other deployments (an import warns of them). A new key would not help: each
+    line says to put back the key that sealed them.
+    """
     async with db.read() as connection:
-        rows = await StoredSecretsRepository(connection).ciphertexts_after(0, 1)
+        rows = await StoredSecretsRepository(connection).ciphertexts_after(0, SECRETS_CHECKED)
     if not rows:
         return
-    owner, token = f"{rows[0].tenant_id}/{rows[0].server_name}", rows[0].secrets
     if box is None:
-        log.warning("MCP servers hold encrypted secrets, but no key is configured: they "
-                    "cannot be read until AGENTSTATE_SECRET_KEYS is set")
-        return
-    if box.key_id_of(token) is None:
-        # Said, not refused: everything but reading those secrets still works.
         log.warning(
-            "AGENTSTATE_SECRET_KEYS cannot decrypt the stored secrets (of %s): the keys "
-            "changed without `agentstate secrets rotate`; put the old key back after the new "
-            "one (AGENTSTATE_SECRET_KEYS=<new>,<old>), then run `agentstate secrets rotate`",
-            owner)
+            "MCP servers hold encrypted secrets (e.g. %s/%s), and no key is configured to open "
+            "them: set AGENTSTATE_SECRET_KEYS to the key that sealed them (%s, e.g. "
+            "AGENTSTATE_SECRET_KEYS=$(cat /path/to/secret.key)); a new key from `agentstate "
+            "secrets new-key` cannot open them", rows[0].tenant_id, rows[0].server_name,
+            FROM_SQLITE)
+        return
+    closed = [row for row in rows if box.key_id_of(row.secrets) is None]
+    if not closed:
+        return
+    log.warning(
+        "%s opens %s of the %d stored MCP secrets checked (e.g. not those of %s/%s): they were "
+        "sealed with another key. Put that key in AGENTSTATE_SECRET_KEYS after the current "
+        "one (AGENTSTATE_SECRET_KEYS=<current>,<old>; %s), then run `agentstate secrets "
+        "rotate`", keys_source(settings),
+        "none" if len(closed) == len(rows) else len(rows) - len(closed), len(rows),
+        closed[0].tenant_id, closed[0].server_name, FROM_SQLITE)
 
 
 def banner(settings: Settings, *, revision: str | None, secrets: str, auth: str,
@@ -138,7 +161,7 @@ async def start(app: Any, settings: Settings, db: Database) -> None:
             except (SQLAlchemyError, OSError) as exc:
                 raise database_error(exc, settings) or exc from exc
         revision = await check_schema(db, settings)
-        await check_secrets(db, app.state.secret_box)
+        await check_secrets(db, app.state.secret_box, settings)
     except StartupError as error:
         if strict:
             log.error("%s", error)

@@ -32,11 +32,12 @@ async def count_records(db: Database) -> int:
 async def copy(source: Database, target: Database, target_settings: Settings,
                on_conflict: OnConflict, progress: Progress | None = None) -> Summary:
     """Stream every record of `source` into `target` (ciphertexts as they are: the target
-    needs the same AGENTSTATE_SECRET_KEYS)."""
+    needs the key that sealed them; each carries the id of the source's key that opens it)."""
     from app.core.secretbox import load_secret_box
 
     async with snapshot(source) as connection:
-        exporter = Exporter(connection, SecretsOut("ciphertext", None))
+        source_box = load_secret_box(source.settings, create=False)
+        exporter = Exporter(connection, SecretsOut("ciphertext", source_box))
         # Reading the source and writing the target overlap: the reader runs ahead by at
         # most a queue of records (memory stays flat), each side waits on its own database.
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue(maxsize=4 * BATCH)

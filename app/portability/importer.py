@@ -55,7 +55,9 @@ class Summary:
     units: dict[str, Counter[str]] = field(default_factory=dict)
     rows: int = 0
     refused: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    # MCP servers whose stored secrets the target's keys do not open, per id of the key that
+    # sealed them ("?": not known); the command says where that key is.
+    unreadable: Counter[str] = field(default_factory=Counter)
 
     def count(self, unit: str, outcome: str) -> None:
         self.units.setdefault(unit, Counter())[outcome] += 1
@@ -113,7 +115,6 @@ class Importer:
         self._units: AsyncExitStack | None = None
         self._units_repo: PortabilityRepository | None = None
         self._units_open = 0
-        self._unreadable: Counter[str] = Counter()
         self._bundle: _Bundle | None = None  # the thread being read
         self._seen = 0  # records read (the end line counts them)
 
@@ -140,7 +141,7 @@ class Importer:
                 if handler is None:
                     raise ImportStopped(item.where, f"unknown record kind {name!r}")
                 if await handler(item):
-                    return self._finish()
+                    return self.summary
                 if name != THREAD_END:
                     self._seen += 1
                     if self.progress is not None:
@@ -203,14 +204,6 @@ class Importer:
     async def _discard_open(self) -> None:
         if self._bundle is not None:
             await self._discard(self._bundle)
-
-    def _finish(self) -> Summary:
-        for key_id, count in sorted(self._unreadable.items()):
-            self.summary.warnings.append(
-                f"the secrets of {count} MCP servers are sealed with "
-                f"{'key ' + key_id if key_id != '?' else 'a key'} this server does not have; "
-                "add it to AGENTSTATE_SECRET_KEYS to read them")
-        return self.summary
 
     # --- threads -------------------------------------------------------------------------
 
@@ -398,11 +391,13 @@ class Importer:
             stored = found[0] if found else None
         else:
             stored = await repo.find(kind, record)
+        token: str | None = None  # the secrets stored for the record, whoever stored them
         try:
             if stored is None:
-                await self._insert_unit(repo, kind, record)
+                token = await self._insert_unit(repo, kind, record)
                 outcome = "created"
             elif self._same(kind, record, stored):
+                token = stored.secrets if kind.sealed else None
                 outcome = "unchanged"
             elif self.on_conflict == "skip":
                 outcome = "skipped"
@@ -415,13 +410,18 @@ class Importer:
                     await repo.delete_event(record["tenant_id"], record["seq"])
                 else:
                     await repo.delete_one(kind, record)
-                await self._insert_unit(repo, kind, record)
+                token = await self._insert_unit(repo, kind, record)
                 outcome = "replaced"
         except SecretsError as exc:
             self.summary.refused.append(f"{item.where}: {exc}")
             self.summary.count(kind.name, "refused")
             return
         self.summary.count(kind.name, outcome)
+        # What is stored now, whether this run wrote it or an earlier one did (a rerun says
+        # it again): secrets this server's keys do not open, by the key that sealed them.
+        if outcome != "skipped" and not self.secrets.openable(
+                record["tenant_id"], record.get("server_name", ""), token):
+            self.summary.unreadable[(record["secrets"] or {}).get("key_id") or "?"] += 1
         self._units_open += 1
         if self._units_open >= UNITS_PER_TRANSACTION:
             await self._close_units()
@@ -441,13 +441,13 @@ class Importer:
                                         if name not in kind.sealed})
 
     async def _insert_unit(self, repo: PortabilityRepository, kind: Kind,
-                           record: dict[str, Any]) -> None:
+                           record: dict[str, Any]) -> str | None:
+        """Store the record; the ciphertext it stored (None: no secrets)."""
         row = {column.name: record[column.name] for column in kind.columns}
         if kind.sealed:
-            tenant_id, name = record["tenant_id"], record["server_name"]
             row["secrets"], row["secret_names"] = self.secrets.columns(
-                tenant_id, name, record["secrets"], record["secret_names"])
-            if not self.secrets.openable(tenant_id, name, row["secrets"]):
-                self._unreadable[(record["secrets"] or {}).get("key_id") or "?"] += 1
+                record["tenant_id"], record["server_name"], record["secrets"],
+                record["secret_names"])
         await repo.insert(kind, [row])
         self.summary.rows += 1
+        return row.get("secrets")
