@@ -41,10 +41,13 @@ from bench.server import (
     migrate,
 )
 
-WORDS = ("risk manager position exposure acceptable tighter stop analyst divergence hourly "
-         "chart portfolio sizing capped earnings review momentum volume breakout support "
-         "resistance liquidity spread hedge option delta gamma volatility skew yield curve "
-         "inflation guidance revenue margin forecast consensus upgrade downgrade").split()
+WORDS = [
+    "risk", "manager", "position", "exposure", "acceptable", "tighter", "stop", "analyst",
+    "divergence", "hourly", "chart", "portfolio", "sizing", "capped", "earnings", "review",
+    "momentum", "volume", "breakout", "support", "resistance", "liquidity", "spread", "hedge",
+    "option", "delta", "gamma", "volatility", "skew", "yield", "curve", "inflation",
+    "guidance", "revenue", "margin", "forecast", "consensus", "upgrade", "downgrade"
+]
 AGENTSTATE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_items", "checkpoint_writes")
 LGPG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -202,7 +205,7 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
     print(f"\n{turns} turns, {2 * turns} messages, {text_bytes / 1024:.0f} KiB of message text")
     print("\n| | agentstate (HTTP) | AsyncPostgresSaver (in-process) |")
     print("|---|---|---|")
-    for label, window in ((f"invoke, turns 1-10, median ms", first),
+    for label, window in (("invoke, turns 1-10, median ms", first),
                           (f"invoke, turns {last.start + 1}-{turns}, median ms", last)):
         print(f"| {label} | " + " | ".join(
             f"{statistics.median(latencies[n][window]):.1f}" for n in latencies) + " |")

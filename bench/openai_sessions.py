@@ -20,7 +20,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench.server import agentstate_server, create_postgres_database, drop_postgres_database, migrate
+from bench.server import (
+    agentstate_server,
+    create_postgres_database,
+    drop_postgres_database,
+    migrate,
+)
 
 EARLY = 10
 

@@ -239,7 +239,7 @@ def test_cli_changes_reach_a_running_server(tmp_path_factory: pytest.TempPathFac
             assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
 
 
-def wait_for(condition, what: str, deadline: float = 60.0) -> None:  # noqa: ANN001
+def wait_for(condition, what: str, deadline: float = 60.0) -> None:
     """Poll until true; the deadline only guards against a hang, it measures nothing."""
     end = time.monotonic() + deadline
     while not condition():

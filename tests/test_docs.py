@@ -14,11 +14,11 @@ README = (ROOT / "README.md").read_text()
 
 
 def fenced(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.DOTALL)
 
 
 def test_settings_table_lists_every_setting() -> None:
-    documented = set(re.findall(r"^\| `AGENTSTATE_([A-Z_]+)` \|", README, flags=re.M))
+    documented = set(re.findall(r"^\| `AGENTSTATE_([A-Z_]+)` \|", README, flags=re.MULTILINE))
     assert documented == {name.upper() for name in Settings.model_fields}
 
 
@@ -31,7 +31,7 @@ def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str)
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
                                 text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    statuses = re.findall(r"^HTTP/1.1 (\d{3})", result.stdout, flags=re.M)
+    statuses = re.findall(r"^HTTP/1.1 (\d{3})", result.stdout, flags=re.MULTILINE)
     assert statuses == ["201", "200", "412", "428", "200", "304"], result.stdout
     assert '"code":"revision_mismatch","current_revision":2' in result.stdout
     assert '"state":{"agent":"planner","step":3}' in result.stdout

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -175,7 +176,7 @@ async def test_poller_sees_every_event_once_under_concurrent_writers(
 
     assert len(truth) == WRITERS * (WRITES + 1), "one thread.created per thread, one per state"
     seqs = [e["seq"] for e in seen]
-    assert all(a < b for a, b in zip(seqs, seqs[1:])), "strictly increasing, never repeated"
+    assert all(a < b for a, b in itertools.pairwise(seqs)), "strictly increasing, never repeated"
     assert seen == truth, "the poller saw exactly the log"
 
 

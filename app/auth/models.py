@@ -16,7 +16,7 @@ class ApiKey(Base):
     """
 
     __tablename__ = "api_keys"
-    __table_args__ = {"info": {"cross_tenant": True}}
+    __table_args__ = ({"info": {"cross_tenant": True}},)
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     key_id: Mapped[str] = mapped_column(String(32), unique=True)

@@ -59,7 +59,7 @@ class IdempotencyService:
         if request is None:
             return None
         lock_key = int.from_bytes(hashlib.sha256(
-            "\0".join((self.tenant_id, thread_id, self.endpoint, request.key)).encode()
+            f"{self.tenant_id}\x00{thread_id}\x00{self.endpoint}\x00{request.key}".encode()
         ).digest()[:8], "big", signed=True)
         if not await self.repo.try_claim(lock_key):
             raise IdempotencyInFlight(
