@@ -1,5 +1,5 @@
 """A 400-turn LangGraph chat: `AgentStateSaver` over HTTP against LangGraph's own
-`AsyncPostgresSaver` in-process, on the same Postgres, in the same run (issue 15).
+`AsyncPostgresSaver` in-process, on the same Postgres, in the same run.
 
 The graph is `StateGraph(MessagesState)` with one node, a fake model (no network) that
 answers every user message with about 300 characters; each turn sends one user message of

@@ -90,6 +90,40 @@ def test_sql_lives_in_repositories() -> None:
         assert imported_names(path, "sqlalchemy") <= {"event"}, path
 
 
+def table_aliases(source: str) -> list[tuple[str, str]]:
+    """(alias, model) of each module-level `alias = table(Model)` (tuples too)."""
+    found = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        pairs = (zip(target.elts, value.elts, strict=False)
+                 if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                 else [(target, value)])
+        for name, call in pairs:
+            if (isinstance(name, ast.Name) and isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name) and call.func.id == "table"
+                    and call.args and isinstance(call.args[0], ast.Name)):
+                found.append((name.id, call.args[0].id))
+    return found
+
+
+def test_a_table_alias_means_one_table_everywhere() -> None:
+    """`c` was a checkpoint in one repository and a compaction in another: each alias names
+    one table in every module (the register is in docs/CONVENTIONS.md), and each table has
+    one alias."""
+    seen: dict[str, set[str]] = {}
+    for path in APP.rglob("*.py"):
+        for alias, model in table_aliases(path.read_text()):
+            seen.setdefault(alias, set()).add(model)
+    assert {"t", "m", "c", "cp"} <= set(seen), seen
+    assert all(len(models) == 1 for models in seen.values()), seen
+    models = [next(iter(models)) for models in seen.values()]
+    assert len(models) == len(set(models)), f"a table with two aliases: {seen}"
+    assert table_aliases("t, e = table(Thread), table(Event)\n") == [("t", "Thread"),
+                                                                      ("e", "Event")]
+
+
 def test_repositories_return_facts_and_services_decide_errors() -> None:
     for path in APP.glob("*/repository.py"):
         for name in imports(path):

@@ -204,7 +204,7 @@ def test_health_check_is_readiness_and_runs(generated: dict[str, Unit], database
 
     with ServerProcess(database_url) as ready:
         assert check(ready) == 0
-    # A server refuses to start on a schema behind head (issue 13), so the schema is rolled
+    # A server refuses to start on a schema behind head, so the schema is rolled
     # back under a running one.
     behind = f"sqlite+aiosqlite:///{tmp_path / 'behind.db'}"
     assert subprocess.run([sys.executable, "-m", "app.cli", "migrate"], cwd=ROOT,

@@ -44,7 +44,7 @@ async def test_one_event_per_committed_change_none_for_failures(
         ("PATCH", m, {"json": {"state": {"up": True}}, "headers": {"If-Match": '"1"'}}, 200),
         # Fails after its row is locked and judged (keeps a secret it does not have): rolled
         # back, no event. (Was "no key for secrets", a 500; on SQLite a key is now always
-        # there, and on Postgres it is a 503: issue 13.)
+        # there, and on Postgres it is a 503.)
         ("PATCH", m, {"json": {"secrets": {"t": "***"}}, "headers": {"If-Match": '"2"'}}, 422),
         ("DELETE", m, {"headers": {"If-Match": '"2"'}}, 204),
         ("PUT", f"/v1/threads/{t}/agents/b/state", {"json": {"state": {}}}, 201),

@@ -1,4 +1,4 @@
-"""The OpenAPI document is complete enough for the clients our users generate (issue 12).
+"""The OpenAPI document is complete enough for the clients our users generate.
 
 Read from the live `/openapi.json`, operation by operation, so a new endpoint is held to the
 same rules: stable readable operationIds; every error status declared with the Problem schema
@@ -68,7 +68,7 @@ OPERATION_IDS = {
     ("patch", "/v1/mcp-servers/{server_name}"): "patchMcpServer",
     ("delete", "/v1/mcp-servers/{server_name}"): "deleteMcpServer",
     ("get", "/v1/events"): "listEvents",
-    # Issue 16.
+    # Message removal.
     ("post", "/v1/threads/{thread_id}/messages:remove"): "removeMessages",
     ("delete", "/v1/threads/{thread_id}/messages/{message_id}"): "deleteMessage",
     ("patch", "/v1/threads/{thread_id}/messages/{message_id}"): "redactMessage",

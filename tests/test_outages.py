@@ -1,4 +1,4 @@
-"""Outages a running server must name and bound (issue 13): a network partition to Postgres,
+"""Outages a running server must name and bound: a network partition to Postgres,
 a full disk and a read-only database on SQLite. Real `agentstate serve` processes."""
 
 from __future__ import annotations

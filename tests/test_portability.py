@@ -1,9 +1,9 @@
-"""Issue 17: the export format, import, copy and backup, through the CLI and the HTTP API, on
+"""The export format, import, copy and backup, through the CLI and the HTTP API, on
 real SQLite and real Postgres.
 
 The CLI runs in-process here (`app.cli.main` in a worker thread, its own event loop); the
 tests that run it as a separate process (kill -9 mid-copy, a backup under a live server) are
-in tests/test_portability_processes.py and marked slow.
+in tests/test_copy_resumes_and_backup_runs_live.py and marked slow.
 """
 
 from __future__ import annotations
@@ -433,7 +433,7 @@ async def test_import_refuses_a_line_the_api_would_refuse(
         database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
     """The line number and the field; nothing of that thread; the others go in."""
     good = thread_records(f"good-{uid}", messages=[{}, {}])
-    # Any short name is a role (issue 16): a 65-character one is not.
+    # Any short name is a role: a 65-character one is not.
     bad = thread_records(f"bad-{uid}", messages=[{}, {"role": "w" * 65}, {}])
     odd = thread_records(f"odd-{uid}", messages=[{"tool_call_id": "c1"}])  # a user's tool id
     text = export_text(bad, good, odd)

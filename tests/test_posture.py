@@ -1,4 +1,4 @@
-"""A safe posture by default (issue 13): Host names, file modes, logs without values,
+"""A safe posture by default: Host names, file modes, logs without values,
 secrets that work on SQLite and cannot be half-configured, HTTP limits.
 
 Every test starts a real `agentstate serve` (or the CLI) on a database of its own.

@@ -112,7 +112,7 @@ async def test_without_a_key_secrets_are_refused(database_url: str, client: http
                                                  uid: str) -> None:
     u = f"/v1/mcp-servers/{uid}"
     refused = await client.put(u, json={"server_type": "x", "secrets": {"t": "v"}})
-    # The operator's fix, not the client's: 503 (issue 13), never a 500.
+    # The operator's fix, not the client's: 503, never a 500.
     assert refused.status_code == 503 and refused.json()["code"] == "secrets_not_configured"
     assert "AGENTSTATE_SECRET_KEYS" in refused.json()["detail"]
     assert (await client.get(u)).status_code == 404, "nothing was written"
@@ -168,7 +168,7 @@ async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key
         logs = server.logs()
     assert secret not in logs and "Traceback" not in logs
 
-    # An export carries the ciphertext and the id of the key that opens it (issue 17), or
+    # An export carries the ciphertext and the id of the key that opens it, or
     # nothing of the secrets with --redact-secrets; never the secret in clear.
     from app.core.secretbox import key_id
 

@@ -1,4 +1,4 @@
-"""Misconfiguration is found at start and told in one line (issue 13).
+"""Misconfiguration is found at start and told in one line.
 
 Each case starts the real `agentstate` CLI as an operator would and checks its exit status
 and the one line it prints; the runtime cases check the 503 and its `code`.

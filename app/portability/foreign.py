@@ -125,7 +125,7 @@ def _message(tenant_id: str, thread_id: str, seq: int, message_id: str, fields: 
 
 def aisuite_message(message: dict[str, Any]) -> dict[str, Any]:
     """An aisuite message as agentstate message fields, exactly as
-    `agentstate_client.aisuite.to_log_message` stores it (tests/test_portability_foreign.py
+    `agentstate_client.aisuite.to_log_message` stores it (tests/test_import_from_other_stores.py
     loads the import back through that store)."""
     stored: dict[str, Any] = {"role": message.get("role"), "content": message.get("content")}
     extra: dict[str, Any] = {}
