@@ -13,9 +13,12 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.settings import Settings
+
+if TYPE_CHECKING:
+    from app.portability.importer import Summary
 
 FORMATS = ("agentstate", "aisuite-files", "aisuite-postgres", "colosseum")
 
@@ -152,7 +155,7 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    from app.core.secretbox import SecretKeyError, keys_source, load_secret_box
+    from app.core.secretbox import FROM_SQLITE, SecretKeyError, keys_source, load_secret_box
     from app.db.engine import Database
     from app.portability.foreign import foreign_source
     from app.portability.format import Header
@@ -208,7 +211,8 @@ async def _import(args: argparse.Namespace) -> int:
         key = f"key {key_id}" if key_id != "?" else "a key"
         print(f"warning: the secrets of {count} MCP servers are sealed with {key}, which "
               f"{keys_source(settings)} does not open: put that key in AGENTSTATE_SECRET_KEYS "
-              "(after the current one) to read them", file=sys.stderr)
+              f"(after the current one) to read them ({FROM_SQLITE} they were exported from)",
+              file=sys.stderr)
     for line in summary.refused:
         print(f"refused: {line}", file=sys.stderr)
     for line in notes:
@@ -271,7 +275,7 @@ async def _copy(args: argparse.Namespace) -> int:
     return 1 if summary.refused else 0
 
 
-def _sealed_elsewhere(summary: Any, source: Settings, target: Settings) -> list[str]:
+def _sealed_elsewhere(summary: Summary, source: Settings, target: Settings) -> list[str]:
     """What to tell of copied secrets the target's keys do not open: which key seals them
     (the source's key file, when that is where the source's key comes from) and the
     variable that gives it to the target's server."""
