@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app import __version__
 from app.agent_states.router import router as agent_states_router
 from app.batch.router import router as batch_router
 from app.auth.authenticator import Authenticator
@@ -74,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="agentstate",
-        version="1.0.0",
+        version=__version__,  # the installed package's, as `agentstate --version` says
         summary="The state service AI agents keep their memory in.",
         description=(
             "Threads (run state), conversation messages, compactions, agent states, MCP server "

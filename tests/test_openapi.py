@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from importlib import metadata
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -245,6 +246,13 @@ async def test_security_lets_anonymous_calls_validate(spec: dict[str, Any], meth
     """An open server answers calls without a key: `{}` must be one of the alternatives."""
     security = op(spec, method, path).get("security", spec.get("security"))
     assert {} in security and {"ApiKey": []} in security, security
+
+
+async def test_the_version_is_the_installed_packages(spec: dict[str, Any],
+                                                     request: pytest.FixtureRequest) -> None:
+    """One source of truth: the package metadata, which `agentstate --version` prints too
+    (tests/test_startup.py)."""
+    assert spec["info"]["version"] == metadata.version("agentstate")
 
 
 async def test_tags_are_described(spec: dict[str, Any], request: pytest.FixtureRequest) -> None:
