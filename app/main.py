@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
-    install_handlers(app, settings.retry_after_seconds)
+    install_handlers(app)
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth,
                        settings.max_checkpoint_body_bytes)
     for router in ROUTERS:

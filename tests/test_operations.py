@@ -147,8 +147,10 @@ async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) 
     proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
     await proxy.start()
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    # No cache of what was read about API keys: every request looks them up, the writes'
+    # in the body-limit middleware before any exception handler.
     app = create_app(Settings(database_url=proxied, pool_timeout=2, connect_timeout=2,
-                              _env_file=None))  # type: ignore[call-arg]
+                              auth_cache_seconds=0, _env_file=None))  # type: ignore[call-arg]
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://t") as client:
@@ -160,9 +162,16 @@ async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) 
             assert down.json()["code"] == "database_unavailable"
             assert int(down.headers["retry-after"]) >= 1
             assert (await client.get("/readyz")).status_code == 503
-            write = await client.put(f"/v1/threads/{uid}", json={"state": {}},
-                                     headers={"If-Match": '"1"'})
-            assert write.status_code == 503
+            for write in (
+                    await client.put(f"/v1/threads/{uid}", json={"state": {}},
+                                     headers={"If-Match": '"1"'}),
+                    await client.post(f"/v1/threads/{uid}/messages",
+                                      json={"role": "user", "content": "hi"}),
+                    await client.post("/v1/batch", json={"operations": [
+                        {"op": "thread.patch", "thread_id": uid, "if_match": "*",
+                         "body": {"state": {}}}]})):
+                assert write.status_code == 503, write.text
+                assert int(write.headers["retry-after"]) >= 1
 
             await proxy.start()  # same port: the database is back
             back = await client.get(f"/v1/threads/{uid}")
