@@ -33,6 +33,7 @@ from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
+from app.ops.service import ReadinessCheck
 from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
@@ -56,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.watch_pool(db.engine)
         try:
             app.state.db = db
+            app.state.readiness = ReadinessCheck(db, app.state.schema_head,
+                                                 settings.retry_after_seconds)
             await start(app, settings, db)
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
