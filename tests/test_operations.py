@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 
 import httpx
 import pytest
@@ -74,6 +75,35 @@ async def test_metrics(client: httpx.AsyncClient, uid: str) -> None:
     assert "agentstate_http_request_duration_seconds_bucket" in text
     assert 'agentstate_precondition_failures_total{route="/v1/threads/{thread_id}"}' in text
     assert "agentstate_db_pool_in_use" in text
+
+
+def concrete(path: str) -> str:
+    """An OpenAPI path with its parameters filled in (`checkpoint_id` is not a reserved word)."""
+    return re.sub(r"\{[a-z_]+\}", lambda m: "1" if m.group() == "{revision}" else "x", path)
+
+
+async def test_metrics_route_labels_are_the_openapi_paths(client: httpx.AsyncClient) -> None:
+    """Every operation, HEAD of every GET, /docs and /openapi.json is counted under its
+    route's path as the OpenAPI document writes it; "unmatched" for a path no route has.
+    (HEAD and the documentation pages were "unmatched", and one checkpoint route was
+    labelled `{checkpoint_id:checkpoint_id}`.)"""
+    spec = (await client.get("/openapi.json")).json()
+    expected = {("GET", "/openapi.json")}
+    for path, item in spec["paths"].items():
+        for method in item:
+            expected.add((method.upper(), path))
+            await client.request(method.upper(), concrete(path))
+            if method == "get" and path != "/v1/events/stream":  # a stream never ends
+                expected.add(("HEAD", path))
+                await client.head(concrete(path))
+    for path, template in (("/docs", "/docs"), ("/docs/assets/favicon.png",
+                                                 "/docs/assets/{name}"), ("/nowhere", "unmatched")):
+        await client.get(path)
+        expected.add(("GET", template))
+    text = (await client.get("/metrics")).text
+    labelled = set(re.findall(r'^agentstate_http_requests_total\{method="([A-Z]+)",'
+                              r'route="([^"]+)"', text, flags=re.M))
+    assert labelled == expected, (sorted(labelled - expected), sorted(expected - labelled))
 
 
 # Resources under section 2's rules, where a write without a precondition answers 428.
