@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import httpx
 import pytest
 
 from app.core.settings import Settings
@@ -59,3 +60,20 @@ def test_messages_agent_states_and_audit_examples_run_as_pasted(database_url: st
     assert '"secrets":{"session_token":"tok-123"}' in out  # open mode holds every scope
     for event in ("thread.created", "agent_state.created", "agent_state.updated"):
         assert f'"type":"{event}"' in out
+
+
+@pytest.mark.slow
+def test_the_event_stream_line_streams_as_pasted(database_url: str, uid: str) -> None:
+    """`curl -N .../v1/events/stream`: curl sends `Accept: */*`, which takes the stream (it
+    answered 406). The stream never ends; the line runs until its timeout here."""
+    line = next(block for block in fenced("sh") if "/v1/events/stream" in block)
+    with ServerProcess(database_url) as server:
+        made = httpx.put(f"{server.base_url}/v1/threads/streamed-{uid}", json={"state": {}},
+                         headers={"If-None-Match": "*"})
+        assert made.status_code == 201, made.text
+        script = line.replace("localhost:8080", f"127.0.0.1:{server.port}")
+        result = subprocess.run(["timeout", "3", "bash", "-c", script], capture_output=True,
+                                text=True, timeout=60)
+    assert result.returncode == 124, (result.returncode, result.stderr)  # cut by timeout
+    assert result.stdout.startswith("retry: 1000\n"), result.stdout
+    assert f'"resource":"/v1/threads/streamed-{uid}"' in result.stdout, result.stdout
