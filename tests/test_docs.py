@@ -18,6 +18,27 @@ def fenced(lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
 
 
+# Commands a shell finds only with the venv active, or in an environment nobody named.
+VENV_ONLY = {"agentstate", "pip", "pip3", "python", "st", "alembic", "pytest", "mypy", "ruff"}
+
+
+def test_every_command_runs_from_the_repository_root() -> None:
+    """After the first command (which makes .venv), every command the README shows, in a
+    block or inline, is paste-able from the repository root: the CLI, pip and python are
+    `.venv/bin/...`, never a bare `agentstate` (not found unless the venv is active) or a
+    `pip` of some other environment."""
+    inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", README, flags=re.S))
+    commands = []
+    for snippet in [*fenced("sh"), *inline]:
+        for line in snippet.splitlines():
+            line = re.sub(r"(^|\s)#.*", "", line)  # a comment
+            commands += [part.split() for part in re.split(r"&&|\|\||;|\|", line)]
+    bare = [" ".join(words) for words in commands if words and (
+        words[0] in VENV_ONLY or (words[0] == "python3" and words[1:3] != ["-m", "venv"]))]
+    assert not bare, bare
+    assert any(words[:1] == [".venv/bin/agentstate"] for words in commands)
+
+
 def test_settings_table_lists_every_setting() -> None:
     documented = set(re.findall(r"^\| `AGENTSTATE_([A-Z_]+)` \|", README, flags=re.M))
     assert documented == {name.upper() for name in Settings.model_fields}
