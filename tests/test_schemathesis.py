@@ -35,6 +35,7 @@ from schemathesis.specs.openapi.checks import (
     unsupported_method,
 )
 
+from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.main import create_app
 from tests.conftest import migrated_database
@@ -78,9 +79,12 @@ schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
 @pytest.fixture(scope="module")
 def fuzzed_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    # Long polls (`?wait=`) answer within 0.1 s here, so fuzzing them stays in budget.
+    # Long polls (`?wait=`) answer within 0.1 s here, so fuzzing them stays in budget. A key
+    # for MCP secrets, which SQLite's embedded default makes itself and Postgres does not:
+    # without one, MCP servers with secrets are 503 secrets_not_configured, as documented.
+    env = {"AGENTSTATE_EVENTS_MAX_WAIT_SECONDS": "0.1", "AGENTSTATE_SECRET_KEYS": new_key()}
     with migrated_database(backend, tmp_path_factory) as url, ServerProcess(
-            url, env={"AGENTSTATE_EVENTS_MAX_WAIT_SECONDS": "0.1"}) as server:
+            url, env=env) as server:
         yield server.base_url
 
 
