@@ -102,7 +102,7 @@ async def test_metrics_route_labels_are_the_openapi_paths(client: httpx.AsyncCli
         expected.add(("GET", template))
     text = (await client.get("/metrics")).text
     labelled = set(re.findall(r'^agentstate_http_requests_total\{method="([A-Z]+)",'
-                              r'route="([^"]+)"', text, flags=re.M))
+                              r'route="([^"]+)"', text, flags=re.MULTILINE))
     assert labelled == expected, (sorted(labelled - expected), sorted(expected - labelled))
 
 
