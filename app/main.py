@@ -11,6 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app import __version__
 from app.agent_states.router import router as agent_states_router
 from app.auth.authenticator import Authenticator
 from app.batch.router import router as batch_router
@@ -32,6 +33,7 @@ from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
+from app.ops.service import ReadinessCheck
 from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
@@ -55,6 +57,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.watch_pool(db.engine)
         try:
             app.state.db = db
+            app.state.readiness = ReadinessCheck(db, app.state.schema_head,
+                                                 settings.retry_after_seconds)
             await start(app, settings, db)
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
@@ -74,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="agentstate",
-        version="1.0.0",
+        version=__version__,  # the installed package's, as `agentstate --version` says
         summary="The state service AI agents keep their memory in.",
         description=(
             "Threads (run state), conversation messages, compactions, agent states, MCP server "
@@ -94,7 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
-    install_handlers(app, settings.retry_after_seconds)
+    install_handlers(app)
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth,
                        settings.max_checkpoint_body_bytes)
     for router in ROUTERS:

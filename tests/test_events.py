@@ -364,8 +364,42 @@ async def test_long_poll_answers_with_the_event_or_the_same_cursor(
     bad = await client.get("/v1/events/stream", params={"cursor": "nope"},
                            headers={"Accept": "text/event-stream"})
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor"
-    unasked = await client.get("/v1/events/stream")
-    assert unasked.status_code == 406 and unasked.json()["code"] == "not_acceptable"
+
+
+@pytest.mark.parametrize("accept", [
+    "application/json", "text/event-stream;q=0", "*/*, text/event-stream;q=0",
+    "text/*;q=0, */*", "*/*;q=0", "text/html, application/problem+json"])
+async def test_the_stream_is_refused_only_to_a_client_that_excludes_it(
+        client: httpx.AsyncClient, accept: str) -> None:
+    """406 when Accept lists only other types or gives text/event-stream (or the range that
+    covers it most closely) q=0 (RFC 9110 section 12.5.1). What it accepts is a stream that
+    never ends, so it is read from a real server (the next test)."""
+    refused = await client.get("/v1/events/stream", headers={"Accept": accept})
+    assert refused.status_code == 406, refused.text
+    assert refused.json()["code"] == "not_acceptable"
+    assert "Accept: text/event-stream" in refused.json()["detail"]
+
+
+@pytest.mark.slow
+def test_httpx_curl_and_eventsource_get_the_stream(database_url: str) -> None:
+    """`*/*` (curl, httpx), `text/*`, no Accept at all and EventSource's
+    `text/event-stream` all get the stream, its first line `retry:` (curl: the README's
+    `curl -N` line, tests/test_docs.py)."""
+    with ServerProcess(database_url) as server, httpx.Client(base_url=server.base_url,
+                                                             timeout=30) as http:
+        for accept in ("*/*", "text/*", None, "", "text/event-stream",
+                       "application/json;q=0.9, */*;q=0.1", "TEXT/Event-Stream"):
+            request = http.build_request("GET", "/v1/events/stream")
+            del request.headers["accept"]
+            if accept is not None:
+                request.headers["accept"] = accept
+            response = http.send(request, stream=True)
+            try:
+                assert response.status_code == 200, (accept, response.read())
+                assert response.headers["content-type"].startswith("text/event-stream")
+                assert next(response.iter_lines()) == "retry: 1000", accept
+            finally:
+                response.close()
 
 
 async def test_cursors_from_before_the_per_tenant_feed_still_work(

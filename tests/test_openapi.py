@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from importlib import metadata
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -220,6 +221,22 @@ async def test_header_parameters_are_spelled_one_way(spec: dict[str, Any], metho
             assert any("pattern" in schema for schema in schemas), parameter
 
 
+def admits_null(schema: dict[str, Any]) -> bool:
+    return (schema.get("type") == "null" or "null" in (schema.get("type") or [])
+            or any(admits_null(branch) for branch in schema.get("anyOf", [])))
+
+
+@pytest.mark.parametrize("method, path", OPERATIONS, ids=OP_IDS)
+async def test_query_and_header_parameters_admit_no_null(
+        spec: dict[str, Any], method: str, path: str, request: pytest.FixtureRequest) -> None:
+    """A query string or a header has no null (an absent parameter is the None), so a schema
+    with a null branch says what no request can send, and a fuzzer reads its other branches
+    as a type check the server does not make: `?thread_id=false` is the thread "false"."""
+    for parameter in op(spec, method, path).get("parameters", []):
+        if parameter["in"] in ("query", "header"):
+            assert not admits_null(parameter["schema"]), parameter
+
+
 @pytest.mark.parametrize("method, path", [o for o in OPERATIONS if takes_keys(o[1])],
                          ids=[i for i, o in zip(OP_IDS, OPERATIONS, strict=True)
                               if takes_keys(o[1])])
@@ -229,6 +246,13 @@ async def test_security_lets_anonymous_calls_validate(spec: dict[str, Any], meth
     """An open server answers calls without a key: `{}` must be one of the alternatives."""
     security = op(spec, method, path).get("security", spec.get("security"))
     assert {} in security and {"ApiKey": []} in security, security
+
+
+async def test_the_version_is_the_installed_packages(spec: dict[str, Any],
+                                                     request: pytest.FixtureRequest) -> None:
+    """One source of truth: the package metadata, which `agentstate --version` prints too
+    (tests/test_startup.py)."""
+    assert spec["info"]["version"] == metadata.version("agentstate")
 
 
 async def test_tags_are_described(spec: dict[str, Any], request: pytest.FixtureRequest) -> None:

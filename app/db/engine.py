@@ -7,8 +7,13 @@ import os
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +23,10 @@ from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_
 
+from app.core.errors import ServiceUnavailable
 from app.core.jsonutil import dumps, sqlite_contains
 from app.core.settings import Settings, data_dir, sqlite_file
-from app.db.diagnosis import Diagnosis
+from app.db.diagnosis import FAILURES, Diagnosis, unavailable
 
 _LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
@@ -213,16 +219,41 @@ class Database:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A connection for reads. Closing it ends SQLite's read transaction; on Postgres
-        each statement commits by itself."""
-        async with self._reads.connect() as connection:
-            yield connection
+        each statement commits by itself. A database that cannot be reached or used is a
+        503 `ServiceUnavailable` (see `unavailable`), from the connect to the last statement."""
+        with self._answered():
+            async with self._reads.connect() as connection:
+                yield connection
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction, begun by its first statement; the caller commits. Anything
-        not committed (an exception, an early return) is rolled back on the way out."""
-        async with self._writer(), self._writes.connect() as connection:
-            yield connection
+        not committed (an exception, an early return) is rolled back on the way out. Failures
+        of the database are a 503, as in `read`."""
+        with self._answered():
+            async with self._writer(), self._writes.connect() as connection:
+                yield connection
+
+    @contextmanager
+    def _answered(self) -> Iterator[None]:
+        try:
+            yield
+        except FAILURES as exc:
+            error = self.unavailable(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def unavailable(self, exc: BaseException) -> ServiceUnavailable | None:
+        """The 503 that this failure of the database is answered with (None: it is not one,
+        a bug). A full disk, a read-only or a failing file system is also kept for /readyz."""
+        answer = unavailable(exc, self.settings.database_url, self.settings.retry_after_seconds)
+        if answer is None:
+            return None
+        error, found = answer
+        if found is not None and found.code in ("disk_full", "read_only", "storage_error"):
+            self.storage_problem = found
+        return error
 
     def _writer(self) -> AbstractAsyncContextManager[object]:
         """Held around a write transaction: the SQLite write queue, nothing on Postgres."""

@@ -115,6 +115,23 @@ def _header(name: str) -> dict[str, Any]:
     return {"description": description, "required": required, "schema": {"type": "string"}}
 
 
+def _without_null(parameter: dict[str, Any]) -> None:
+    """An optional query or header parameter (`str | None`) is `anyOf: [..., null]` as
+    FastAPI writes it, but a query string or a header cannot carry a null: leaving the
+    parameter out is the None. So the schema is what a present value must be. With the
+    null branch in, the schema said `?thread_id=false` (a boolean, as a fuzzer reads the
+    anyOf) is not allowed, while the server rightly reads it as the thread id "false"."""
+    schema = parameter.get("schema", {})
+    branches = schema.get("anyOf")
+    if parameter["in"] not in ("query", "header") or not branches:
+        return
+    kept = [branch for branch in branches if branch != {"type": "null"}]
+    if len(kept) == len(branches):
+        return
+    rest = {key: value for key, value in schema.items() if key != "anyOf"}
+    parameter["schema"] = {**kept[0], **rest} if len(kept) == 1 else {"anyOf": kept, **rest}
+
+
 def _complete_operation(path: str, method: str, op: dict[str, Any]) -> None:
     responses: dict[str, Any] = op["responses"]
     keyed = path.startswith("/v1/")
@@ -155,6 +172,7 @@ def _complete_operation(path: str, method: str, op: dict[str, Any]) -> None:
         need("200", "Link")
 
     for parameter in op.get("parameters", []):
+        _without_null(parameter)
         if parameter["in"] == "header" and parameter["name"] in HEADER_PATTERNS:
             description = parameter["schema"].get("description")
             parameter["schema"] = {"type": "string", "pattern": HEADER_PATTERNS[parameter["name"]]}

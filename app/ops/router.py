@@ -7,7 +7,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from app.http.problems import responses
-from app.ops.service import check_ready
 
 router = APIRouter(tags=["operations"])
 
@@ -30,7 +29,7 @@ async def healthz() -> Health:
 @router.get("/readyz", operation_id="getReadiness", responses=responses(503), summary="Database reachable and migrated")
 async def readyz(request: Request) -> Readiness:
     state = request.app.state
-    revision = await check_ready(state.db, state.schema_head, state.settings.retry_after_seconds)
+    revision = await state.readiness.check()
     return Readiness(status="ready", database=state.db.dialect, schema_revision=revision)
 
 
