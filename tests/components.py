@@ -1,0 +1,147 @@
+"""The real components a scaled deployment runs, started by the tests on free loopback ports:
+PgBouncer and HAProxy (Debian's packages, fetched by scripts/fetch-tools) and private
+Postgres clusters (initdb/pg_ctl in a temporary directory, never the shared one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from tests.support import ADMIN_URL, POOLER_PORTS, ROOT, free_port
+
+
+def fetch_tool(name: str) -> str:
+    """The path of a tool scripts/fetch-tools provides (failing the test when it cannot)."""
+    result = subprocess.run([str(ROOT / "scripts" / "fetch-tools"), name],
+                            capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise RuntimeError(f"scripts/fetch-tools {name} failed:\n{result.stderr}")
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path, what: str,
+                   timeout: float = 30.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text(errors='replace')[-2000:]}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port}: {log.read_text()[-2000:]}")
+
+
+def unprivileged_account() -> str:
+    """The account a daemon that refuses root runs as: postgres (the server's own), else
+    nobody."""
+    import pwd
+
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return name
+    raise RuntimeError("no unprivileged account (postgres, nobody) to run the daemon as")
+
+
+class PgBouncer:
+    """PgBouncer 1.18 in transaction pooling, in front of one Postgres.
+
+    Its settings are the package's defaults (pool sizes, timeouts, no
+    ignore_startup_parameters) but for what a private instance needs: the port, the files,
+    trust authentication of the postgres role (as the server behind it), pool_mode.
+    """
+
+    def __init__(self, server_host: str = "127.0.0.1", server_port: int | None = None,
+                 **overrides: str | int) -> None:
+        admin = make_url(ADMIN_URL)
+        self.server = (server_host, server_port or admin.port or 5432)
+        self.user = admin.username or "postgres"
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="agentstate-pgbouncer-"))
+        self.overrides = overrides
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def config(self) -> str:
+        host, port = self.server
+        general = {
+            "listen_addr": "127.0.0.1", "listen_port": self.port, "unix_socket_dir": "",
+            "auth_type": "trust", "auth_file": self.dir / "users.txt",
+            "logfile": self.dir / "pgbouncer.log", "pidfile": self.dir / "pgbouncer.pid",
+            "pool_mode": "transaction", "admin_users": self.user, **self.overrides,
+        }
+        return (f"[databases]\n* = host={host} port={port}\n\n[pgbouncer]\n"
+                + "".join(f"{name} = {value}\n" for name, value in general.items()))
+
+    def start(self) -> PgBouncer:
+        (self.dir / "users.txt").write_text(f'"{self.user}" ""\n')
+        (self.dir / "pgbouncer.ini").write_text(self.config())
+        command = [fetch_tool("pgbouncer"), str(self.dir / "pgbouncer.ini")]
+        if os.geteuid() == 0:  # PgBouncer refuses to run as root (CI is root)
+            account = unprivileged_account()
+            shutil.chown(self.dir, account)
+            command.append(f"--user={account}")
+        log = self.dir / "stdout.log"
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        _wait_for_port(self.port, self.process, self.dir / "pgbouncer.log", "pgbouncer")
+        POOLER_PORTS.add(self.port)
+        return self
+
+    def repoint(self, host: str, port: int) -> None:
+        """Send new server connections to another Postgres (a promoted standby): rewrite
+        the [databases] line and reload (SIGHUP), as an operator's failover script does."""
+        self.server = (host, port)
+        (self.dir / "pgbouncer.ini").write_text(self.config())
+        assert self.process is not None
+        self.process.send_signal(signal.SIGHUP)
+
+    def url(self, database_url: str) -> str:
+        """`database_url` (a database on the server behind it) reached through PgBouncer."""
+        return make_url(database_url).set(host="127.0.0.1", port=self.port).render_as_string(
+            hide_password=False)
+
+    def log(self) -> str:
+        path = self.dir / "pgbouncer.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> PgBouncer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def pooled_environment(direct_url: str | None = None) -> dict[str, str]:
+    """The settings of a server whose database URL goes through PgBouncer."""
+    env = {"AGENTSTATE_DATABASE_POOLER": "transaction"}
+    if direct_url:
+        env["AGENTSTATE_DIRECT_DATABASE_URL"] = direct_url
+    return env
+
+
+def environ_without_pooler() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items()
+            if name not in ("AGENTSTATE_DATABASE_POOLER", "AGENTSTATE_DIRECT_DATABASE_URL")}
+
