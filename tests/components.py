@@ -145,3 +145,99 @@ def environ_without_pooler() -> dict[str, str]:
     return {name: value for name, value in os.environ.items()
             if name not in ("AGENTSTATE_DATABASE_POOLER", "AGENTSTATE_DIRECT_DATABASE_URL")}
 
+
+class HAProxy:
+    """HAProxy 2.6 balancing HTTP over agentstate instances, health-checking `/readyz`
+    (every `check_ms`, each given 5 s; down after 2 failures, up after 2 successes), retrying a request
+    whose connection to an instance failed on another one (`option redispatch`)."""
+
+    def __init__(self, backends: list[int], check_ms: int = 1000) -> None:
+        self.backends = backends
+        self.check_ms = check_ms
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="agentstate-haproxy-"))
+        self.socket = self.dir / "admin.sock"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def config(self) -> str:
+        servers = "".join(f"    server api{i} 127.0.0.1:{port} check\n"
+                          for i, port in enumerate(self.backends))
+        return f"""global
+    maxconn 2000
+    stats socket {self.socket} mode 600 level admin
+
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 120s
+    timeout server 120s
+    timeout http-keep-alive 10s
+    timeout check 5s
+    retries 3
+    option redispatch 1
+    option http-keep-alive
+
+frontend api
+    bind 127.0.0.1:{self.port}
+    default_backend agentstate
+
+backend agentstate
+    balance roundrobin
+    option httpchk
+    http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host localhost
+    http-check expect status 200
+    default-server inter {self.check_ms}ms fall 2 rise 2
+{servers}"""
+
+    def start(self) -> HAProxy:
+        (self.dir / "haproxy.cfg").write_text(self.config())
+        log = self.dir / "haproxy.log"
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(
+                [fetch_tool("haproxy"), "-db", "-f", str(self.dir / "haproxy.cfg")],
+                stdout=out, stderr=subprocess.STDOUT)
+        _wait_for_port(self.port, self.process, log, "haproxy")
+        return self
+
+    def states(self) -> dict[str, str]:
+        """Each instance's state as HAProxy sees it (UP, DOWN, ...), from its stats socket."""
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(self.socket))
+            sock.sendall(b"show stat\n")
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        header, *rows = data.decode().splitlines()
+        names = header.lstrip("# ").split(",")
+        states = {}
+        for row in rows:
+            values = dict(zip(names, row.split(","), strict=False))
+            if values.get("svname", "").startswith("api"):
+                states[values["svname"]] = values["status"].split()[0]
+        return states
+
+    def log(self) -> str:
+        return (self.dir / "haproxy.log").read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> HAProxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+

@@ -185,6 +185,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
+    drain_seconds: float = Field(
+        0.0, ge=0, le=300,
+        description="On SIGTERM, answer /readyz 503 for this long while still serving, so a "
+                    "load balancer takes the server out of rotation, before shutting down.")
 
     @classmethod
     def settings_customise_sources(
