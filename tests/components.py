@@ -241,3 +241,117 @@ backend agentstate
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+
+def postgres_bin(name: str) -> str:
+    """A Postgres server program (initdb, pg_ctl, pg_basebackup): on PATH, else the newest
+    of Debian's /usr/lib/postgresql/*/bin."""
+    found = shutil.which(name)
+    if found:
+        return found
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                      key=lambda path: int(path.parent.name) if path.parent.name.isdigit() else 0)
+    for bindir in reversed(versions):
+        if (bindir / name).exists():
+            return str(bindir / name)
+    raise RuntimeError(f"{name} not found: install Debian's postgresql package")
+
+
+class PrivatePostgres:
+    """A Postgres cluster of the test's own (initdb in a temporary directory, its own port),
+    which the test may crash: never the shared one. As root, it runs as the postgres
+    account (Postgres refuses root)."""
+
+    def __init__(self, root: Path | None = None, name: str = "primary") -> None:
+        self.root = root or Path(tempfile.mkdtemp(prefix="agentstate-pg-"))
+        self.name = name
+        self.data = self.root / name
+        self.port = free_port()
+        self.account = unprivileged_account() if os.geteuid() == 0 else None
+        if self.account:
+            shutil.chown(self.root, self.account)
+
+    def run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        command = [postgres_bin(argv[0]), *argv[1:]]
+        if self.account:
+            command = ["runuser", "-u", self.account, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv[:2])} failed: {done.stdout}{done.stderr}")
+        return done
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def initdb(self, **settings: str) -> PrivatePostgres:
+        self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                 "--no-sync")
+        return self.configure(**settings)
+
+    def configure(self, **settings: str) -> PrivatePostgres:
+        lines = "".join(f"{name} = '{value}'\n" for name, value in {
+            "port": str(self.port), "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.root), "fsync": "off", **settings}.items())
+        with (self.data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(lines)
+        return self
+
+    def start(self) -> PrivatePostgres:
+        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.root / f"{self.name}.log"),
+                 "-w", "-t", "60", "start")
+        return self
+
+    def basebackup(self, name: str = "standby", **settings: str) -> PrivatePostgres:
+        """A streaming standby of this cluster (its `name` is the application_name it
+        replicates as, what synchronous_standby_names names)."""
+        standby = PrivatePostgres(self.root, name)
+        self.run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+                 "-D", str(standby.data), "-R", "-X", "stream", "--no-sync")
+        # Not the primary's synchronous_standby_names: promoted, it would wait for itself.
+        return standby.configure(primary_conninfo=(
+            f"host=127.0.0.1 port={self.port} user=postgres application_name={name}"),
+            synchronous_standby_names="", **settings)
+
+    def promote(self) -> None:
+        self.run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+
+    def kill(self) -> None:
+        """SIGKILL the postmaster and every process of it, as a crash of the machine would
+        end them: nothing is flushed, no client is told."""
+        pid = self.postmaster_pid()
+        if pid is None:
+            return
+        children = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+                    and _parent(int(entry.name)) == pid]
+        for victim in [pid, *children]:
+            try:
+                os.kill(victim, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def log(self) -> str:
+        path = self.root / f"{self.name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.postmaster_pid() is not None and self.data.exists():
+            subprocess.run(
+                [*(["runuser", "-u", self.account, "--"] if self.account else []),
+                 postgres_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"],
+                capture_output=True, timeout=60)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
