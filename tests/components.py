@@ -4,23 +4,34 @@ Postgres clusters (initdb/pg_ctl in a temporary directory, never the shared one)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 from sqlalchemy.engine import make_url
 
-from tests.support import ADMIN_URL, POOLER_PORTS, ROOT, free_port
+from tests.support import (
+    ADMIN_URL,
+    POOLER_PORTS,
+    ROOT,
+    agentstate,
+    create_postgres_database,
+    drop_postgres_database,
+    free_port,
+)
 
 
 def fetch_tool(name: str) -> str:
     """The path of a tool scripts/fetch-tools provides (failing the test when it cannot)."""
     result = subprocess.run([str(ROOT / "scripts" / "fetch-tools"), name],
-                            capture_output=True, text=True, timeout=900)
+                            capture_output=True, text=True, timeout=900, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"scripts/fetch-tools {name} failed:\n{result.stderr}")
     return result.stdout.strip().splitlines()[-1]
@@ -55,7 +66,44 @@ def unprivileged_account() -> str:
     raise RuntimeError("no unprivileged account (postgres, nobody) to run the daemon as")
 
 
-class PgBouncer:
+class _Daemon:
+    """A process of a component in a temporary directory of its own, until stopped."""
+
+    dir: Path
+    process: subprocess.Popen[bytes] | None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@contextlib.contextmanager
+def migrated_postgres() -> Iterator[str]:
+    """A migrated database of its own on the shared Postgres, reached directly."""
+    url = create_postgres_database()
+    try:
+        assert agentstate(url, "migrate").returncode == 0
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+class PgBouncer(_Daemon):
     """PgBouncer 1.18 in transaction pooling, in front of one Postgres.
 
     Its settings are the package's defaults (pool sizes, timeouts, no
@@ -84,7 +132,7 @@ class PgBouncer:
         return (f"[databases]\n* = host={host} port={port}\n\n[pgbouncer]\n"
                 + "".join(f"{name} = {value}\n" for name, value in general.items()))
 
-    def start(self) -> PgBouncer:
+    def start(self) -> Self:
         (self.dir / "users.txt").write_text(f'"{self.user}" ""\n')
         (self.dir / "pgbouncer.ini").write_text(self.config())
         command = [fetch_tool("pgbouncer"), str(self.dir / "pgbouncer.ini")]
@@ -116,21 +164,6 @@ class PgBouncer:
         path = self.dir / "pgbouncer.log"
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> PgBouncer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def pooled_environment(direct_url: str | None = None) -> dict[str, str]:
@@ -146,7 +179,7 @@ def environ_without_pooler() -> dict[str, str]:
             if name not in ("AGENTSTATE_DATABASE_POOLER", "AGENTSTATE_DIRECT_DATABASE_URL")}
 
 
-class HAProxy:
+class HAProxy(_Daemon):
     """HAProxy 2.6 balancing HTTP over agentstate instances, health-checking `/readyz`
     (every `check_ms`, each given 5 s; down after 2 failures, up after 2 successes), retrying a request
     whose connection to an instance failed on another one (`option redispatch`)."""
@@ -193,7 +226,7 @@ backend agentstate
     default-server inter {self.check_ms}ms fall 2 rise 2
 {servers}"""
 
-    def start(self) -> HAProxy:
+    def start(self) -> Self:
         (self.dir / "haproxy.cfg").write_text(self.config())
         log = self.dir / "haproxy.log"
         with log.open("wb") as out:
@@ -225,21 +258,6 @@ backend agentstate
     def log(self) -> str:
         return (self.dir / "haproxy.log").read_text(errors="replace")
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> HAProxy:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def postgres_bin(name: str) -> str:
@@ -274,7 +292,8 @@ class PrivatePostgres:
         command = [postgres_bin(argv[0]), *argv[1:]]
         if self.account:
             command = ["runuser", "-u", self.account, "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(argv[:2])} failed: {done.stdout}{done.stderr}")
         return done
@@ -343,7 +362,7 @@ class PrivatePostgres:
             subprocess.run(
                 [*(["runuser", "-u", self.account, "--"] if self.account else []),
                  postgres_bin("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"],
-                capture_output=True, timeout=60)
+                capture_output=True, timeout=60, check=False)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -21,12 +21,9 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.components import HAProxy, PgBouncer
+from tests.components import HAProxy, PgBouncer, migrated_postgres
 from tests.support import (
     ServerProcess,
-    agentstate,
-    create_postgres_database,
-    drop_postgres_database,
     eventually,
 )
 
@@ -51,12 +48,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def database() -> Iterator[str]:
-    url = create_postgres_database()
-    try:
-        assert agentstate(url, "migrate").returncode == 0
+    with migrated_postgres() as url:
         yield url
-    finally:
-        drop_postgres_database(url)
 
 
 def start_cluster(direct: str, drain_seconds: float = 4.0) -> Cluster:
@@ -109,11 +102,24 @@ async def all_up(cluster: Cluster) -> None:
                      "HAProxy sees every instance up", timeout=30)
 
 
+async def contents(client: httpx.AsyncClient, thread: str) -> list[str]:
+    """The content of every message of a thread, page after page."""
+    found: list[str] = []
+    cursor = None
+    while True:
+        page = (await client.get(f"{thread}/messages", params={
+            "limit": 100, **({"cursor": cursor} if cursor else {})})).json()
+        found += [message["content"] for message in page["data"]]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return found
+
+
 def served(server: ServerProcess) -> int:
     """Requests an instance answered, from its own /metrics."""
     text = httpx.get(f"{server.base_url}/metrics", timeout=5).text
     return int(sum(float(value) for value in re.findall(
-        r'^agentstate_http_requests_total\{.*route="/v1/.*\} (\S+)$', text, flags=re.M)))
+        r'^agentstate_http_requests_total\{.*route="/v1/.*\} (\S+)$', text, flags=re.MULTILINE)))
 
 
 async def test_no_update_is_lost_on_one_thread_across_instances(shared: Cluster,
@@ -187,15 +193,7 @@ async def test_idempotent_appends_are_stored_once_and_the_feed_has_no_gap(
 
     await asyncio.gather(*(appender(c) for c in range(clients)))
     async with httpx.AsyncClient(base_url=shared.base_url, timeout=60) as client:
-        stored = []
-        cursor = None
-        while True:
-            page = (await client.get(f"{thread}/messages", params={
-                "limit": 100, **({"cursor": cursor} if cursor else {})})).json()
-            stored += [message["content"] for message in page["data"]]
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
+        stored = await contents(client, thread)
         assert sorted(stored) == sorted(f"{uid}-{c}-{a}" for c in range(clients)
                                         for a in range(appends))
         seqs: list[int] = []
@@ -237,9 +235,10 @@ async def test_sigterm_drains_an_instance_out_of_the_balancer(own: Cluster, uid:
     workers = [asyncio.create_task(load(c)) for c in range(8)]
     await asyncio.sleep(1.0)
     victim.process.send_signal(signal.SIGTERM)
-    readiness = httpx.get(f"{victim.base_url}/readyz", timeout=5)
-    assert readiness.status_code == 503 and readiness.json()["cause"] == "draining"
-    assert httpx.get(f"{victim.base_url}/healthz", timeout=5).status_code == 200
+    async with httpx.AsyncClient(base_url=victim.base_url, timeout=5) as direct:
+        readiness = await direct.get("/readyz")
+        assert readiness.status_code == 503 and readiness.json()["cause"] == "draining"
+        assert (await direct.get("/healthz")).status_code == 200
     await eventually(lambda: own.balancer.states()["api0"] == "DOWN",
                      "HAProxy takes the draining instance out", timeout=10)
     assert victim.process.poll() is None, "it went down before the balancer drained it"
@@ -306,14 +305,7 @@ async def test_sigkill_fails_only_requests_in_flight_and_loses_nothing(own: Clus
     stored: list[str] = []
     async with httpx.AsyncClient(base_url=own.base_url, timeout=60) as client:
         for t in range(3):
-            cursor = None
-            while True:
-                page = (await client.get(f"/v1/threads/kill-{uid}-{t}/messages", params={
-                    "limit": 100, **({"cursor": cursor} if cursor else {})})).json()
-                stored += [message["content"] for message in page["data"]]
-                cursor = page.get("next_cursor")
-                if not cursor:
-                    break
+            stored += await contents(client, f"/v1/threads/kill-{uid}-{t}")
     lost = acknowledged - set(stored)
     duplicated = len(stored) - len(set(stored))
     print(f"\nSIGKILL under load: {clients * per_client} appends, {len(acknowledged)} "

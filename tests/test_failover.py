@@ -107,7 +107,8 @@ async def test_the_service_follows_a_promoted_standby_and_loses_no_acknowledged_
             created = await setup.put(f"/v1/threads/fo-{uid}", json={"state": {}})
             assert created.status_code == 201, created.text
         await asyncio.gather(crash_and_promote(), *(appender(c) for c in range(clients)))
-        ready = httpx.get(f"{server.base_url}/readyz", timeout=10)
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=10) as probe:
+            ready = await probe.get("/readyz")
         assert ready.status_code == 200, ready.text
     finally:
         server.stop()

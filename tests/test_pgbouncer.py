@@ -20,7 +20,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.components import PgBouncer
+from tests.components import PgBouncer, migrated_postgres
 from tests.support import (
     ROOT,
     ServerProcess,
@@ -36,12 +36,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def direct() -> Iterator[str]:
     """A migrated database on the shared Postgres, reached directly."""
-    url = create_postgres_database()
-    try:
-        assert agentstate(url, "migrate").returncode == 0
+    with migrated_postgres() as url:
         yield url
-    finally:
-        drop_postgres_database(url)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +55,7 @@ def serve_once(url: str, env: dict[str, str], timeout: float = 60) -> subprocess
     return subprocess.run(
         [sys.executable, "-m", "app.cli", "serve", "--port", str(free_port())], cwd=ROOT,
         env={**os.environ, "AGENTSTATE_DATABASE_URL": url, **env}, capture_output=True,
-        text=True, timeout=timeout)
+        text=True, timeout=timeout, check=False)
 
 
 def test_a_stock_pgbouncer_is_named_with_the_setting_to_change(direct: str,
