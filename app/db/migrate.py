@@ -25,9 +25,9 @@ def include_name(name: str | None, type_: str, _parent: object) -> bool:
 
 
 def migration_settings(settings: Settings) -> Settings:
-    """The settings `agentstate migrate` runs with: Postgres itself, never through a
-    transaction pooler (a migration is one long transaction of DDL, which a pooler holding
-    `query_timeout`s or a reload may cut; the direct URL is what operators migrate through)."""
+    """The settings `agentstate migrate` runs with: Postgres itself, never a transaction
+    pooler. A migration is one transaction of DDL under exclusive locks, run once by an
+    operator: it does not belong on a server connection the fleet's requests queue for."""
     if not settings.pooled:
         return settings
     if settings.direct_database_url is None:
