@@ -63,7 +63,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
             if getattr(app.state, "strict_start", False):  # served by `agentstate serve`
-                _on_stop_signal(feed.close_watchers)
+                _on_stop_signal(app, feed.close_watchers, settings.drain_seconds)
             if settings.sweep_enabled:
                 sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
                 sweeper.start()
@@ -96,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.draining = False  # SIGTERM with AGENTSTATE_DRAIN_SECONDS (see _on_stop_signal)
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
     install_handlers(app)
@@ -107,19 +108,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def _on_stop_signal(callback: Callable[[], None]) -> None:
+def _on_stop_signal(app: FastAPI, callback: Callable[[], None], drain_seconds: float) -> None:
     """Also run `callback` in the event loop when SIGTERM or SIGINT arrives, after the handler
     uvicorn installed (which begins the graceful shutdown, then waits for open responses):
     so the feed ends its streams at once instead of holding the shutdown. uvicorn puts the
-    handlers it replaced back when it stops."""
+    handlers it replaced back when it stops.
+
+    With `drain_seconds`, the first SIGTERM only marks the server draining (/readyz answers
+    503, everything else is served as before) and the shutdown begins that much later: a
+    load balancer checking /readyz takes the server out of rotation before it stops
+    accepting connections. Another SIGTERM, or SIGINT, stops it at once."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         before = signal.getsignal(sig)
 
-        def handler(number: int, frame: FrameType | None, before: Any = before) -> None:
+        def stop(number: int, frame: FrameType | None, before: Any = before) -> None:
             if callable(before):
                 before(number, frame)
             loop.call_soon_threadsafe(callback)
+
+        def handler(number: int, frame: FrameType | None, stop: Any = stop) -> None:
+            if number == signal.SIGTERM and drain_seconds and not app.state.draining:
+                app.state.draining = True
+                loop.call_soon_threadsafe(loop.call_later, drain_seconds, stop, number, frame)
+                return
+            stop(number, frame)
 
         signal.signal(sig, handler)
 

@@ -32,6 +32,8 @@ CONTAINERFILE = ROOT / "Containerfile"
 SERVICES = {
     "agentstate.service", "agentstate-db.service", "agentstate-migrate.service",
     "agentstate-network.service", "agentstate-db-volume.service",
+    # deploy/scaled/ (Quadlet reads unit directories recursively): tests/test_deploy_scaled.py
+    "agentstate-pgbouncer.service", "agentstate-api@.service",
 }
 SECRETS = {"agentstate-db-password", "agentstate-database-url", "agentstate-secret-keys"}
 

@@ -87,6 +87,15 @@ class Settings(BaseSettings):
         default_factory=default_database_url,
         description="SQLAlchemy URL; postgresql://... is normalised to asyncpg.",
     )
+    # Behind a transaction-pooling PgBouncer (docs/SCALING.md): no startup parameters, the
+    # timeouts set per transaction, no prepared statement outlives its transaction, reads in
+    # transactions too, and no LISTEN through it (the direct URL's, else polling).
+    database_pooler: Literal["none", "transaction"] = Field(
+        "none", description="`transaction`: AGENTSTATE_DATABASE_URL reaches Postgres through a "
+                            "transaction pooler (PgBouncer pool_mode=transaction).")
+    direct_database_url: str | None = Field(
+        None, description="Postgres itself, not the pooler: the change feed LISTENs on it and "
+                          "`agentstate migrate` runs on it.")
     # Postgres pool (ignored on SQLite).
     # Above the steady concurrency: a connection returned to a full pool is closed, so a pool
     # smaller than the requests in flight opens (and Postgres forks) a connection per request.
@@ -138,6 +147,10 @@ class Settings(BaseSettings):
         60.0, gt=0, le=3600, description="Longest `GET /v1/events?wait=` a server grants.")
     events_heartbeat_seconds: float = Field(
         15.0, gt=0, description="An SSE stream sends a comment this often when idle.")
+    events_poll_seconds: float = Field(
+        0.5, gt=0, description="Without a LISTEN connection (a transaction pooler and no "
+                               "AGENTSTATE_DIRECT_DATABASE_URL), how often a server reads the "
+                               "newest seq of the tenants it has watchers of.")
     events_tick_seconds: float = Field(
         1.0, gt=0, description="How often a server with watchers of a tenant checks that "
                                "tenant's feed without being woken (a writer that died between "
@@ -185,6 +198,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
+    drain_seconds: float = Field(
+        0.0, ge=0, le=300,
+        description="On SIGTERM, answer /readyz 503 for this long while still serving, so a "
+                    "load balancer takes the server out of rotation, before shutting down.")
 
     @classmethod
     def settings_customise_sources(
@@ -200,6 +217,16 @@ class Settings(BaseSettings):
         if isinstance(source, SecretsSettingsSource) and source.secrets_dir is None:
             source.secrets_dir = secrets_dir()
         return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @field_validator("direct_database_url")
+    @classmethod
+    def _normalise_direct_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        url = cls._normalise_url(value)
+        if not url.startswith("postgresql"):
+            raise ValueError("must be a postgresql://... URL (Postgres itself, not the pooler)")
+        return url
 
     @field_validator("database_url")
     @classmethod
@@ -243,6 +270,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def pooled(self) -> bool:
+        """Postgres through a transaction pooler."""
+        return self.database_pooler == "transaction" and not self.is_sqlite
 
     @property
     def should_auto_migrate(self) -> bool:

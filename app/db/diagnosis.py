@@ -103,6 +103,10 @@ def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
         if isinstance(cause, sqlite3.OperationalError) and "unable to open" in text:
             return Diagnosis("database_unavailable", f"cannot open {_where(url)}: check that "
                              "its directory exists and is writable")
+        if sqlstate == "08P01" and "unsupported startup parameter" in text:
+            return Diagnosis("database_pooler", f"{_where(url)} is a connection pooler that "
+                             f"refused a setting agentstate sends at connect ({text}): set "
+                             "AGENTSTATE_DATABASE_POOLER=transaction (docs/SCALING.md)")
         if sqlstate.startswith(("08", "57P")):
             return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
         if sqlstate.startswith("53"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import stat
 import time
@@ -17,7 +18,7 @@ from contextlib import (
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -59,6 +60,16 @@ def build_engine(settings: Settings) -> AsyncEngine:
         "idle_in_transaction_session_timeout": str(settings.idle_in_transaction_timeout_ms),
         **from_url.pop("server_settings", {}),
     }
+    per_transaction: dict[str, str] = {}
+    if settings.pooled:
+        # A transaction pooler refuses startup parameters (PgBouncer takes application_name
+        # and a few others), and a server connection's session belongs to whoever holds it
+        # next: every setting is set again in each transaction, with SET LOCAL.
+        per_transaction = {name: value for name, value in server_settings.items()
+                           if name != "application_name"}
+        server_settings = {"application_name": server_settings["application_name"]}
+        from_url.update(POOLED_CONNECT_ARGS,
+                        connection_class=_per_transaction_connection(per_transaction))
     # The last resort for a statement that never returns: `database_timeout` beyond the
     # statement timeout (none when statements may run for ever, as migrations do). A
     # partition is found sooner, by TCP (see _detect_partitions).
@@ -82,6 +93,50 @@ def build_engine(settings: Settings) -> AsyncEngine:
     if settings.pool_pre_ping:
         _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
+
+
+# Through a transaction pooler a prepared statement may not outlive its transaction: the next
+# transaction of the same client may run on another server connection, and the server
+# connection goes on to other clients with whatever was prepared on it. asyncpg's cache off
+# (its statements, the direct path's included, use the unnamed statement, replaced by the
+# next one), SQLAlchemy's cache off, and SQLAlchemy's explicit prepares unnamed too. Every
+# statement then costs a Parse round trip before its Bind, inside its transaction (the
+# server connection stays the client's until the transaction ends).
+POOLED_CONNECT_ARGS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": lambda: "",
+}
+_SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_.]*$")
+
+
+def _per_transaction_connection(values: dict[str, str]) -> type[Any]:
+    """An asyncpg connection class whose every BEGIN also `SET LOCAL`s `values`: the same
+    simple-query message, so the same round trip (`BEGIN; SET LOCAL ...; SET LOCAL ...`).
+
+    Every transaction begins in asyncpg's `Transaction.start`, which sends `BEGIN ...;` with
+    `Connection.execute`: SQLAlchemy's adapter and the direct path (app/db/direct.py) both
+    begin that way. A connection in autocommit begins nothing, which is why reads run in
+    transactions through a pooler (`Database`). `connection_class` is asyncpg's own
+    extension point.
+    """
+    import asyncpg  # type: ignore[import-untyped]  # no stubs
+
+    for name in values:
+        if not _SETTING_NAME.match(name):
+            raise ValueError(f"{name!r} is not a Postgres setting name")
+    suffix = " ".join(f"SET LOCAL {name} = '{value.replace(chr(39), chr(39) * 2)}';"
+                      for name, value in values.items())
+
+    class PerTransactionSettings(asyncpg.Connection):  # type: ignore[misc]
+        __slots__ = ()
+
+        async def execute(self, query: str, *args: Any, timeout: float | None = None) -> Any:
+            if not args and query.startswith("BEGIN") and query.endswith(";"):
+                query = f"{query} {suffix}"
+            return await super().execute(query, *args, timeout=timeout)
+
+    return PerTransactionSettings
 
 
 def _private_file(path: Path) -> None:
@@ -199,7 +254,10 @@ class Database:
         # Postgres reads run in autocommit: under READ COMMITTED every statement takes its
         # own snapshot even inside a transaction, so BEGIN/ROLLBACK around a read only cost
         # two round trips. SQLite keeps its deferred transaction: there it pins a snapshot.
-        self._reads = (self.engine if self.engine.dialect.name == "sqlite"
+        # Through a transaction pooler they run in transactions too: outside one, the pooler
+        # may give a statement's Bind another server connection than its Parse, and the
+        # per-transaction settings (the statement timeout) would not apply.
+        self._reads = (self.engine if self.engine.dialect.name == "sqlite" or settings.pooled
                        else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
         # Begun by the first statement like any connection, but as BEGIN IMMEDIATE on SQLite.
         self._writes = self.engine.execution_options(**{WRITE: True})
@@ -258,6 +316,15 @@ class Database:
     def _writer(self) -> AbstractAsyncContextManager[object]:
         """Held around a write transaction: the SQLite write queue, nothing on Postgres."""
         return self._write_lock if self._write_lock is not None else nullcontext()
+
+    async def statement_timeout_ms(self) -> int | None:
+        """The statement timeout a read connection runs with (None on SQLite)."""
+        if self.dialect != "postgresql":
+            return None
+        async with self.read() as connection:
+            found = await connection.scalar(text(
+                "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'"))
+        return int(found or 0)
 
     @property
     def dialect(self) -> str:

@@ -147,7 +147,9 @@ async def _migrate(settings: Settings, revision: str) -> tuple[str | None, str |
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
-    settings = Settings()
+    from app.db.migrate import migration_settings
+
+    settings = migration_settings(Settings())
     print(f"migrating {settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
     before, after = asyncio.run(_migrate(settings, args.revision))
     if before == after:

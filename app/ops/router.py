@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
+from app.core.errors import NotReady
 from app.http.problems import responses
 
 router = APIRouter(tags=["operations"])
@@ -29,6 +30,9 @@ async def healthz() -> Health:
 @router.get("/readyz", operation_id="getReadiness", responses=responses(503), summary="Database reachable and migrated")
 async def readyz(request: Request) -> Readiness:
     state = request.app.state
+    if state.draining:  # out of the balancer's rotation before the shutdown begins
+        raise NotReady("The server is shutting down.", cause="draining",
+                       headers={"Retry-After": str(state.settings.retry_after_seconds)})
     revision = await state.readiness.check()
     return Readiness(status="ready", database=state.db.dialect, schema_revision=revision)
 

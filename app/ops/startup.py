@@ -37,7 +37,8 @@ EXIT_FAILED = 1
 # Causes a restart will not cure; the database being away for a moment is not one of them.
 # Set by `agentstate serve` for its workers: the address the banner names.
 LISTEN_ADDRESS = "AGENTSTATE_LISTEN_ADDRESS"
-PERMANENT = {"database_missing", "database_auth_failed", "database_tls_failed"}
+PERMANENT = {"database_missing", "database_auth_failed", "database_tls_failed",
+             "database_pooler"}
 # How many stored secrets the start-up opens (the oldest): enough to tell keys that open none
 # from keys that open some, at a few milliseconds of work.
 SECRETS_CHECKED = 1000
@@ -81,7 +82,21 @@ async def check_schema(db: Database, settings: Settings) -> str | None:
     if current != head:
         raise StartupError(f"schema is at {current or 'nothing'}, head is {head}: "
                            "run `agentstate migrate`", EXIT_FAILED)
+    await check_timeouts(db, settings)
     return current
+
+
+async def check_timeouts(db: Database, settings: Settings) -> None:
+    """The statement timeout is in force on the connections requests get: a pooler that
+    drops startup parameters (PgBouncer's ignore_startup_parameters) would otherwise lose it
+    silently, and a write blocked on a lock would wait it out instead of answering 503."""
+    found = await db.statement_timeout_ms()
+    if found is not None and found != settings.statement_timeout_ms:
+        raise StartupError(
+            f"the database runs with statement_timeout={found} ms, not the "
+            f"{settings.statement_timeout_ms} ms agentstate asked for: a pooler in front of it "
+            "drops the settings sent at connect (PgBouncer's ignore_startup_parameters); "
+            "set AGENTSTATE_DATABASE_POOLER=transaction (docs/SCALING.md)")
 
 
 async def check_secrets(db: Database, box: SecretBox | None, settings: Settings) -> None:
