@@ -21,8 +21,8 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]  # no stubs; used for LISTEN only
 from sqlalchemy.engine import make_url
 
-from app.core.settings import Settings
 from app.core.pgurl import translate
+from app.core.settings import Settings
 
 log = logging.getLogger("agentstate.feed")
 CHANNEL = "agentstate_events"

@@ -13,7 +13,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.settings import Settings
 from app.db.engine import WRITE
 from app.db.models import Base
 
@@ -22,23 +21,6 @@ def include_name(name: str | None, type_: str, _parent: object) -> bool:
     """GIN expression indexes (`*_gin`) live only in migrations, on Postgres: the models
     cannot express them portably and autogenerate cannot compare them."""
     return not (type_ == "index" and name is not None and name.endswith("_gin"))
-
-
-def migration_settings(settings: Settings) -> Settings:
-    """The settings `agentstate migrate` runs with: Postgres itself, never a transaction
-    pooler. A migration is one transaction of DDL under exclusive locks, run once by an
-    operator: it does not belong on a server connection the fleet's requests queue for."""
-    if not settings.pooled:
-        return settings
-    if settings.direct_database_url is None:
-        from app.ops.startup import StartupError
-
-        raise StartupError(
-            "AGENTSTATE_DATABASE_URL goes through a transaction pooler "
-            "(AGENTSTATE_DATABASE_POOLER=transaction): migrate Postgres itself, with "
-            "AGENTSTATE_DIRECT_DATABASE_URL set to its URL")
-    return settings.model_copy(update={"database_url": settings.direct_database_url,
-                                       "database_pooler": "none"})
 
 
 def alembic_config(database_url: str | None = None) -> Config:

@@ -146,9 +146,24 @@ async def _migrate(settings: Settings, revision: str) -> tuple[str | None, str |
         await db.dispose()
 
 
-def _run_migrate(args: argparse.Namespace) -> int:
-    from app.db.migrate import migration_settings
+def migration_settings(settings: Settings) -> Settings:
+    """The settings `agentstate migrate` runs with: Postgres itself, never a transaction
+    pooler. A migration is one transaction of DDL under exclusive locks, run once by an
+    operator: it does not belong on a server connection the fleet's requests queue for."""
+    if not settings.pooled:
+        return settings
+    if settings.direct_database_url is None:
+        from app.ops.startup import StartupError
 
+        raise StartupError(
+            "AGENTSTATE_DATABASE_URL goes through a transaction pooler "
+            "(AGENTSTATE_DATABASE_POOLER=transaction): migrate Postgres itself, with "
+            "AGENTSTATE_DIRECT_DATABASE_URL set to its URL")
+    return settings.model_copy(update={"database_url": settings.direct_database_url,
+                                       "database_pooler": "none"})
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
     settings = migration_settings(Settings())
     print(f"migrating {settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
     before, after = asyncio.run(_migrate(settings, args.revision))
