@@ -135,3 +135,12 @@ def test_nothing_is_inline_and_no_code_builds_markup_from_strings() -> None:
                 if not line.lstrip().startswith(("//", "*", "/**"))]
         found = [line for line in code if sinks.search(line)]
         assert found == [], f"{path.name}: {found}"
+
+
+def test_every_module_is_preloaded() -> None:
+    """The page names every module at once (no round trip per import level); a view added
+    without its preload line would still work, only slower: this keeps the list whole."""
+    page = (STATIC / "index.html").read_text()
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/console/assets/([^"]+)">', page))
+    modules = {p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*.js")} - {"main.js"}
+    assert preloaded == modules

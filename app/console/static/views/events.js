@@ -25,7 +25,9 @@ function row(event) {
 
 /** A live list of the events matching `filters` (API names: thread_id, type, resource_prefix). */
 export function eventsPanel(filters, { signal, live = true } = {}) {
-  const body = h("tbody", {});
+  const el = h("div", { class: "events" });
+  const list = table(["Seq", "At", "Type", "Thread", "Resource", "Revision", "Actor"], []);
+  const body = list.querySelector("tbody");
   const status = h("span", { class: "live-state", "aria-live": "polite" }, "loading…");
   const older = h("button", { type: "button", class: "more", hidden: true }, "Load older events");
   const empty = notice("info", "No events yet.");
@@ -63,11 +65,7 @@ export function eventsPanel(filters, { signal, live = true } = {}) {
     });
   })();
 
-  const el = h("div", { class: "events" },
-    h("p", { class: "muted" }, "Newest first. ", status),
-    table(["Seq", "At", "Type", "Thread", "Resource", "Revision", "Actor"], []),
-    empty, older);
-  el.querySelector("tbody").replaceWith(body);
+  el.append(h("p", { class: "muted" }, "Newest first. ", status), list, empty, older);
   return { el, ready };
 }
 

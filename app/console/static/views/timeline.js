@@ -129,27 +129,34 @@ export async function timeline(t, query, { signal, rerender }) {
 
   // Live: new messages appended as their events arrive; anything that rewrites the view
   // (a compaction, a removal, a redaction) reloads it.
+  // Live: new messages appended as their events arrive; anything that rewrites the view
+  // (a compaction, a removal, a redaction) reloads it. The stream is set up after the page
+  // is on screen; once it is live, one catch-up read covers what came in meanwhile.
+  let catching = Promise.resolve();
+  const catchUp = () => {
+    catching = catching.then(async () => {
+      const last = shown.length ? shown[shown.length - 1].position : 0;
+      const { items } = await all(path, { view, order: "asc", after_seq: last }, { max: 10000, signal });
+      const fresh = items.filter((m) => !shown.some((s) => s.seq === m.seq));
+      place({ data: fresh }, "bottom");
+      markers();
+    }).catch(() => {});
+  };
   const live = query.get("live") !== "0";
   if (live) {
-    const since = await newestSeq({ thread_id: t.thread_id }, { signal });
-    let catching = Promise.resolve();
-    watch({ thread_id: t.thread_id }, since, {
+    let connected = false;
+    newestSeq({ thread_id: t.thread_id }, { signal }).then((since) => watch({ thread_id: t.thread_id }, since, {
       signal,
-      onState: (s) => { state.textContent = s === "live" ? "● live" : s; state.className = `live-state ${s === "live" ? "on" : ""}`; },
-      onEvent: (event) => {
-        if (event.type === "message.appended" || event.type === "thread.updated") {
-          catching = catching.then(async () => {
-            const last = shown.length ? shown[shown.length - 1].position : 0;
-            const { items } = await all(path, { view, order: "asc", after_seq: last }, { max: 10000, signal });
-            const fresh = items.filter((m) => !shown.some((s) => s.seq === m.seq));
-            place({ data: fresh }, "bottom");
-            markers();
-          }).catch(() => {});
-        } else if (/^(compaction|message)\./.test(event.type) || event.type === "thread.deleted") {
-          rerender();
-        }
+      onState: (s) => {
+        state.textContent = s === "live" ? "● live" : s;
+        state.className = `live-state ${s === "live" ? "on" : ""}`;
+        if (s === "live" && !connected) { connected = true; catchUp(); }
       },
-    });
+      onEvent: (event) => {
+        if (event.type === "message.appended" || event.type === "thread.updated") catchUp();
+        else if (/^(compaction|message)\./.test(event.type) || event.type === "thread.deleted") rerender();
+      },
+    })).catch(() => { state.textContent = "live updates unavailable"; });
   }
 
   const other = view === "live" ? "full" : "live";
