@@ -346,10 +346,12 @@ def test_agent_states_compactions_checkpoints_and_lineage(site: Site, open_page:
     watched = open_page(f"#/threads/{MAIN}/agents")
     page = watched.page
     page.get_by_role("heading", name="planner").wait_for()
+    shot(site, watched, "agents")
     page.goto(f"{site.url}#/threads/{MAIN}/compactions")
     page.get_by_text("Summary: the user asked about flights.").wait_for()
     page.get_by_text("Show the 3 messages it replaced").click()
     page.locator("details.fold article.message").nth(2).wait_for()
+    shot(site, watched, "compactions")
     page.goto(f"{site.url}#/threads/{MAIN}/checkpoints")
     page.locator("tbody tr").nth(2).wait_for()
     assert texts(page, "tbody tr td:first-child") == ["ckpt-0003", "ckpt-0002", "ckpt-0001"]
