@@ -17,6 +17,7 @@ from app.auth.authenticator import Authenticator
 from app.batch.router import router as batch_router
 from app.checkpoints.router import router as checkpoints_router
 from app.compactions.router import router as compactions_router
+from app.console.router import router as console_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings
@@ -104,6 +105,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        settings.max_checkpoint_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
+    if settings.console_enabled:  # the audit console, docs/console.md
+        app.include_router(console_router)
     install_openapi(app)
     return app
 

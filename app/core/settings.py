@@ -195,6 +195,9 @@ class Settings(BaseSettings):
         1000, ge=1, description="Requests one worker serves at once (streams and long polls "
                                 "included); one more: 503 `overloaded`.")
 
+    console_enabled: bool = Field(
+        True, description="Serve the read-only audit console at /console (docs/console.md).")
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
