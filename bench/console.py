@@ -87,8 +87,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=15)
     args = parser.parse_args()
 
-    from bench.server import (agentstate_server, create_postgres_database,
-                              drop_postgres_database, migrate)
+    from bench.server import (
+        agentstate_server,
+        create_postgres_database,
+        drop_postgres_database,
+        migrate,
+    )
     from tests.console_support import launched
 
     scratch = tempfile.TemporaryDirectory()
@@ -125,8 +129,8 @@ def main() -> None:
     print("| opened | requests | console files | API answers |")
     print("|---|---|---|---|")
     for label, totals in (("/console#/threads (cold cache)", opened),
-                          (f"messages tab of the {args.large:,}-message thread (cold, "
-                           "live updates off)",
+                          ((f"messages tab of the {args.large:,}-message thread (cold, "
+                            "live updates off)"),
                            large_tab)):
         print(f"| {label} | {totals['requests']} | {totals['console files']:,} B | "
               f"{totals['API']:,} B |")

@@ -20,11 +20,11 @@ from app.core.errors import NotFound
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
-CSP = "; ".join([
-    "default-src 'none'", "script-src 'self'", "style-src 'self'", "img-src 'self'",
-    "connect-src 'self'", "base-uri 'none'", "form-action 'none'", "frame-ancestors 'none'",
-    "require-trusted-types-for 'script'", "trusted-types 'none'",
-])
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'; "
+    "require-trusted-types-for 'script'; trusted-types 'none'"
+)
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Frame-Options": "DENY",
