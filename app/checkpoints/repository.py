@@ -12,24 +12,37 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     LargeBinary,
+    Text,
     and_,
     any_,
     bindparam,
+    case,
+    cast,
     delete,
     func,
     literal,
+    literal_column,
+    null,
     or_,
     select,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
-from app.db.base import AnyRow, table
-from app.threads.models import Thread
+from app.checkpoints.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointItem,
+    CheckpointWrite,
+    Namespace,
+)
+from app.db import direct
+from app.db.base import AnyRow, Name, table
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.threads.models import Thread
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)
@@ -76,6 +89,87 @@ def _list_value() -> Any:
             .where(b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
                    b.c.checkpoint_ns == bindparam("ns"), b.c.channel == bindparam("channel"),
                    b.c.version == bindparam("version")))
+
+
+# The walk of `delta_history` stops at this depth: a parent chain this long (or a cycle of
+# parent ids, which clients could build) is refused instead of walked forever.
+MAX_WALK = 100_000
+EMPTY = "empty"  # the type of the value a checkpoint stores for a channel that holds none
+
+
+def _version_of(postgres: bool, checkpoint: Any, channel: Any) -> Any:
+    """`checkpoint.channel_versions[channel]` as the text `version_key` stores it."""
+    if postgres:
+        return cast(checkpoint.op("->")(literal_column("'channel_versions'"))
+                    .op("->>")(channel), Text)
+    versions = func.json_each(checkpoint, literal_column("'$.channel_versions'")).table_valued(
+        "key", "value")
+    return (select(cast(versions.c.value, Text)).where(versions.c.key == channel)
+            .scalar_subquery())
+
+
+def _const(sql: str, type_: Any = Integer) -> Any:
+    """A constant rendered into the statement (a bound one has no type Postgres can infer
+    in a select list)."""
+    return literal_column(sql, type_)
+
+
+@cache
+def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
+    """One statement: the target checkpoint (`cid`, or the newest of `ns` with `latest`) of
+    the live thread `thread`, then per channel `ch{n}` a recursive walk up the target's
+    parent chain to the nearest ancestor that stores a value for it (its seed), with the
+    channel's pending writes of every ancestor on the way (the seed's own included, the
+    target's not). Rows: `kind` t (the target), w (a write) or s (a seed), the channel's
+    index, and the ancestor's depth (1: the target's parent)."""
+    tenant, ns = bindparam("tenant", type_=Name), bindparam("ns", type_=Namespace)
+    target = (select(c.c.thread_pk, c.c.checkpoint_id, c.c.parent_checkpoint_id)
+              .join(t, t.c.id == c.c.thread_pk)
+              .where(t.c.tenant_id == tenant, t.c.thread_id == bindparam("thread"),
+                     t.c.deleted_at.is_(None), c.c.tenant_id == tenant,
+                     c.c.checkpoint_ns == ns))
+    target = (target.order_by(c.c.checkpoint_id.desc()).limit(1) if latest
+              else target.where(c.c.checkpoint_id == bindparam("cid")))
+    found = target.cte("target")
+    pk = select(found.c.thread_pk).scalar_subquery()
+    nothing = (cast(null(), Text), cast(null(), Text), cast(null(), Integer))
+    parts: list[Any] = [select(
+        _const("'t'", Text).label("kind"), _const("-1").label("channel"),
+        _const("0").label("depth"), found.c.checkpoint_id, nothing[0].label("task_path"),
+        nothing[1].label("task_id"), nothing[2].label("idx"),
+        cast(null(), Text).label("type"), cast(null(), LargeBinary).label("data"),
+        cast(null(), LargeBinary).label("items"))]
+    for n in range(channels):
+        channel = bindparam(f"ch{n}", type_=Text)
+        walk = select(found.c.checkpoint_id, found.c.parent_checkpoint_id,
+                      _const("0").label("depth"), cast(null(), Text).label("version"),
+                      _const("0").label("seed")).cte(f"walk{n}", recursive=True)
+        p = c.alias(f"p{n}")
+        version = _version_of(postgres, p.c.checkpoint, channel)
+        stored = (select(_const("1")).select_from(b)
+                  .where(b.c.tenant_id == tenant, b.c.thread_pk == p.c.thread_pk,
+                         b.c.checkpoint_ns == ns, b.c.channel == channel,
+                         b.c.version == version, b.c.type != EMPTY).exists())
+        walk = walk.union_all(
+            select(p.c.checkpoint_id, p.c.parent_checkpoint_id, walk.c.depth + 1, version,
+                   case((stored, _const("1")), else_=_const("0")))
+            .select_from(p.join(walk, p.c.checkpoint_id == walk.c.parent_checkpoint_id))
+            .where(p.c.tenant_id == tenant, p.c.thread_pk == pk, p.c.checkpoint_ns == ns,
+                   walk.c.seed == 0, walk.c.depth < MAX_WALK))
+        parts.append(
+            select(_const("'w'", Text), _const(str(n)), walk.c.depth, walk.c.checkpoint_id,
+                   w.c.task_path, w.c.task_id, w.c.idx, w.c.type, w.c.data,
+                   cast(null(), LargeBinary))
+            .select_from(walk.join(w, w.c.checkpoint_id == walk.c.checkpoint_id))
+            .where(w.c.tenant_id == tenant, w.c.thread_pk == pk, w.c.checkpoint_ns == ns,
+                   w.c.channel == channel, walk.c.depth >= 1))
+        parts.append(
+            select(_const("'s'", Text), _const(str(n)), walk.c.depth, walk.c.checkpoint_id,
+                   *nothing, b.c.type, b.c.data, b.c["items"])
+            .select_from(walk.join(b, b.c.version == walk.c.version))
+            .where(b.c.tenant_id == tenant, b.c.thread_pk == pk, b.c.checkpoint_ns == ns,
+                   b.c.channel == channel, walk.c.seed == 1))
+    return union_all(*parts)
 
 
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
@@ -146,6 +240,17 @@ class CheckpointRepository:
                                        c.c.checkpoint_ns < after[1])))
         stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns.desc()).limit(limit)
         return list((await self.connection.execute(stmt)).all())
+
+    async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
+                            channels: Sequence[str]) -> list[AnyRow]:
+        """The rows of `_delta_history` (no rows: the thread or the checkpoint is missing)."""
+        params: dict[str, Any] = {"tenant": self.tenant_id, "thread": thread_id, "ns": ns,
+                                  **{f"ch{n}": ch for n, ch in enumerate(channels)}}
+        if checkpoint_id is not None:
+            params["cid"] = checkpoint_id
+        stmt = _delta_history(dialect_name(self.connection) == "postgresql", len(channels),
+                              checkpoint_id is None)
+        return await direct.rows(self.connection, stmt, params)
 
     async def blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> list[AnyRow]:
         """The values stored under (namespace, channel, version) keys."""
