@@ -93,8 +93,6 @@ class CheckpointService:
         self.settings = settings
         self.repo = CheckpointRepository(uow.connection, uow.tenant_id)
         self.threads = ThreadAggregate(uow, settings)
-        # Whether this transaction holds the thread's values lock (shared) already.
-        self._values_locked = False
 
     async def _writable(self, thread_id: str, pre: Preconditions, *,
                         create: bool = True) -> AnyRow:
@@ -154,9 +152,8 @@ class CheckpointService:
             existing = await self.repo.get(thread_pk, body.checkpoint_ns, body.checkpoint_id)
             assert existing is not None
             return self._replayed(thread_id, existing, digest), True
-        if not self._values_locked:
-            await self.repo.lock_values(thread_pk, exclusive=False)
-            self._values_locked = True
+        # A no-op on Postgres, where the insert took it; SQLite serialises writers.
+        await self.repo.lock_values(thread_pk, exclusive=False)
         await self._store_values(thread_pk, body)
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
