@@ -22,7 +22,8 @@ runs for the plain method and the asyncio client for its `a...` form.
   item: the server stores each item once per thread, and the saver sends items it has
   already stored by their digest only. A 400-turn chat then stores each message once instead
   of once per version of the list.
-- A DeltaChannel's history is one request: the server walks the parent chain.
+- A DeltaChannel's history is one request: the server walks the parent chain. Its
+  snapshots of a list (`_DeltaSnapshot(list)`) are sent item by item like a list.
 - Async writes of one thread are stored by group commit (`_Pipe`): the calls made while the
   thread's previous request is in flight go as one request, one transaction, and each call
   returns once its own write is committed.
@@ -58,6 +59,12 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("agentstate_client.langgraph needs langgraph-checkpoint: "
                       "pip install 'agentstate-client[langgraph]'") from exc
 
+try:  # langgraph-checkpoint 4.3+ (DeltaChannel); before it, no value is a snapshot
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+except ImportError:  # pragma: no cover - depends on the environment
+    class _DeltaSnapshot(tuple[Any, ...]):  # type: ignore[no-redef]
+        value: Any
+
 from agentstate_client._api import _Api
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client._core import Op
@@ -68,6 +75,9 @@ from agentstate_client.ids import decode_id, encode_id
 __all__ = ["AgentStateSaver"]
 
 LIST_TYPE = "agentstate.list"  # the type tag of a value sent as its items
+# A DeltaChannel's snapshot of a list (its messages), sent as the list's items too: each
+# snapshot stores the messages since the previous one, not the whole log again.
+SNAPSHOT_LIST_TYPE = "agentstate.delta-snapshot.list"
 EMPTY_TYPE = "empty"  # a channel in new_versions that holds no value any more
 _PAGE = 100  # the server's largest page
 _KNOWN_THREADS = 256  # threads whose stored item digests the saver remembers
@@ -195,14 +205,16 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
                sent: _Sent) -> dict[str, Any]:
         channel = where[2]
-        if self._list_items and type(value) is list:
-            encoded = [self.serde.dumps_typed(element) for element in value]
+        snapshot = type(value) is _DeltaSnapshot and type(value.value) is list
+        if self._list_items and (type(value) is list or snapshot):
+            encoded = [self.serde.dumps_typed(element)
+                       for element in (value.value if snapshot else value)]
             digests = [item_digest(type_, data) for type_, data in encoded]
             self._cache_items(zip(digests, encoded))
             sent.items.extend(digests)
             sent.lists[where] = (version, digests)
             value_: dict[str, Any] = {"channel": channel, "version": version,
-                                      "type": LIST_TYPE}
+                                      "type": SNAPSHOT_LIST_TYPE if snapshot else LIST_TYPE}
             start = 0
             with self._lock:
                 last = self._lists.get(where)
@@ -288,11 +300,14 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
 
     def _decode(self, value: dict[str, Any], items: Items) -> Any:
         if value.get("digests") is not None:
-            return [self.serde.loads_typed(items[digest]) for digest in value["digests"]]
-        if value.get("items") is not None:
-            return [self.serde.loads_typed((item["type"], base64.b64decode(item["data"])))
-                    for item in value["items"]]
-        return self.serde.loads_typed((value["type"], base64.b64decode(value["data"] or "")))
+            decoded: Any = [self.serde.loads_typed(items[digest]) for digest in value["digests"]]
+        elif value.get("items") is not None:
+            decoded = [self.serde.loads_typed((item["type"], base64.b64decode(item["data"])))
+                       for item in value["items"]]
+        else:
+            return self.serde.loads_typed((value["type"],
+                                           base64.b64decode(value["data"] or "")))
+        return _DeltaSnapshot(decoded) if value["type"] == SNAPSHOT_LIST_TYPE else decoded
 
     def _tuple(self, thread_id: str, body: dict[str, Any], items: Items) -> CheckpointTuple:
         ns = body["checkpoint_ns"]

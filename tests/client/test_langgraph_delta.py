@@ -10,6 +10,7 @@ In-process (httpx over ASGI to the app on each backend), so not `slow`."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -203,6 +204,35 @@ async def test_a_list_seed_stored_item_by_item(saver: AgentStateSaver) -> None:
 
     assert await both(saver, build, ["ch"]) == {"ch": {"writes": [("ch", 0), ("ch", 1)],
                                                        "seed": log}}
+
+
+async def test_a_snapshot_of_a_list_is_stored_item_by_item(saver: AgentStateSaver,
+                                                          transport: Counting) -> None:
+    """A DeltaChannel's snapshot of its messages travels as the list's items: the next
+    snapshot sends only what the log gained since, and both read back as snapshots."""
+    log = [{"role": "user", "content": f"message {n}"} for n in range(40)]
+    bodies: list[bytes] = []
+    inner = transport.handle_async_request
+
+    async def keep(request: httpx.Request) -> httpx.Response:
+        bodies.append(request.content)
+        return await inner(request)
+
+    transport.handle_async_request = keep  # type: ignore[method-assign]
+    thread = f"delta-{new_id()}"
+    configs = await chain(saver, thread, 4, {0: {"ch": _DeltaSnapshot(log[:30])},
+                                             2: {"ch": _DeltaSnapshot(log)}},
+                          {n: [("ch", n)] for n in range(4)})
+    sent = [value for body in bodies if body for checkpoint in json.loads(body)["checkpoints"]
+            for value in checkpoint["values"]]
+    assert [(v["type"], len(v["items"]), "base_version" in v) for v in sent] == [
+        ("agentstate.delta-snapshot.list", 30, False),  # the first snapshot: every item
+        ("agentstate.delta-snapshot.list", 10, True)]  # the second: what the log gained
+    history = await saver.aget_delta_channel_history(config=configs[-1], channels=["ch"])
+    assert history["ch"]["seed"] == _DeltaSnapshot(log)
+    fresh = AgentStateSaver(base_url="http://unused.invalid", async_client=saver._aclient())
+    found = await fresh.aget_tuple(configs[2])
+    assert found is not None and found.checkpoint["channel_values"]["ch"] == _DeltaSnapshot(log)
 
 
 async def test_missing_checkpoints_and_no_channels(saver: AgentStateSaver) -> None:
