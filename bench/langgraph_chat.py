@@ -33,16 +33,17 @@ import random
 import statistics
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from agentstate_client.langgraph import AgentStateSaver
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
 from sqlalchemy.engine import make_url
 
 from bench.pgwire import WireCounter
-
 from bench.server import (
     agentstate_server,
     create_postgres_database,
@@ -101,18 +102,11 @@ class Timings:
         return ", ".join(parts)
 
 
-def delta_state() -> Any:
-    """A state whose `messages` is a DeltaChannel (langgraph 1.2), with LangGraph's own
-    message reducer for it."""
-    from typing import Annotated, TypedDict
+class DeltaMessages(TypedDict):
+    """`MessagesState` with its `messages` as a DeltaChannel (langgraph 1.2), reduced by
+    LangGraph's own message reducer for it."""
 
-    from langgraph.channels.delta import DeltaChannel
-    from langgraph.graph.message import _messages_delta_reducer
-
-    class DeltaMessages(TypedDict):
-        messages: Annotated[list[Any], DeltaChannel(_messages_delta_reducer)]
-
-    return DeltaMessages
+    messages: Annotated[list[Any], DeltaChannel(_messages_delta_reducer)]
 
 
 def build(checkpointer: Any, seed: int, delta: bool = False) -> Any:
@@ -121,7 +115,7 @@ def build(checkpointer: Any, seed: int, delta: bool = False) -> Any:
     def model(state: Any) -> dict[str, list[AIMessage]]:
         return {"messages": [AIMessage(content=text(rng))]}
 
-    graph = StateGraph(delta_state() if delta else MessagesState)
+    graph = StateGraph(DeltaMessages if delta else MessagesState)
     graph.add_node("model", model)
     graph.add_edge(START, "model")
     return graph.compile(checkpointer=checkpointer)
@@ -298,7 +292,7 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
     print(f"\n{turns} turns, {2 * turns} messages, {text_bytes / 1024:.0f} KiB of message text")
     print("\n| | agentstate (HTTP) | AsyncPostgresSaver (in-process) |")
     print("|---|---|---|")
-    for label, window in ((f"invoke, turns 1-10, median ms", first),
+    for label, window in (("invoke, turns 1-10, median ms", first),
                           (f"invoke, turns {last.start + 1}-{turns}, median ms", last)):
         print(f"| {label} | " + " | ".join(
             f"{statistics.median(latencies[n][window]):.1f}" for n in latencies) + " |")
