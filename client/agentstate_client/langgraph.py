@@ -343,6 +343,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         return _Listing(thread_id=thread_id, name=encode_id(thread_id), config=config,
                         filter=filter, left=limit, only=bool(conf.get("checkpoint_id")),
+                        done=limit is not None and limit <= 0,
                         params={"checkpoint_ns": conf.get("checkpoint_ns"),
                                 "before": get_checkpoint_id(before) if before else None,
                                 "metadata": filter or None})

@@ -116,3 +116,19 @@ async def test_each_call_returns_once_stored_and_refusals_stay_their_own(
     found = await fresh.aget_tuple(stored)
     assert found is not None
     assert sorted(found.pending_writes or []) == [(f"task-{n}", "a", n) for n in range(3)]
+
+
+async def test_list_limits(saver: AgentStateSaver, uid: str) -> None:
+    """`list(limit=)` yields at most that many, newest first, as InMemorySaver does; 0
+    yields none."""
+    graph, reference = chat(saver, False), chat(InMemorySaver(), False)
+    config = {"configurable": {"thread_id": f"limits-{uid}"}}
+    for made in (graph, reference):
+        for turn in range(3):
+            await made.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    for limit in (0, 1, 4, None):
+        ours = [t.metadata["step"] async for t in saver.alist(config, limit=limit)]
+        theirs = [t.metadata["step"] async for t in reference.checkpointer.alist(
+            config, limit=limit)]
+        assert ours == theirs, limit
+        assert len(ours) == (9 if limit is None else limit)
