@@ -11,46 +11,21 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import httpx
 import pytest
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.langgraph import AgentStateSaver
-from fastapi import FastAPI
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.serde.types import _DeltaSnapshot
 
+from tests.client.conftest import Counting
+
 pytestmark = pytest.mark.anyio
 _ids = itertools.count()
-
-
-class Counting(httpx.AsyncBaseTransport):
-    """The app's ASGI transport, counting requests by method and path."""
-
-    def __init__(self, app: FastAPI) -> None:
-        self.inner = httpx.ASGITransport(app=app)
-        self.seen: list[str] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        self.seen.append(f"{request.method} {request.url.path}")
-        return await self.inner.handle_async_request(request)
-
-
-@pytest.fixture
-async def transport(app: FastAPI) -> Counting:
-    return Counting(app)
-
-
-@pytest.fixture
-async def saver(transport: Counting) -> AsyncIterator[AgentStateSaver]:
-    async with AsyncAgentStateClient("http://agentstate.test", transport=transport) as api:
-        made = AgentStateSaver(base_url="http://unused.invalid", async_client=api)
-        yield made
-        made.close()
 
 
 def new_id() -> str:
@@ -211,19 +186,12 @@ async def test_a_snapshot_of_a_list_is_stored_item_by_item(saver: AgentStateSave
     """A DeltaChannel's snapshot of its messages travels as the list's items: the next
     snapshot sends only what the log gained since, and both read back as snapshots."""
     log = [{"role": "user", "content": f"message {n}"} for n in range(40)]
-    bodies: list[bytes] = []
-    inner = transport.handle_async_request
-
-    async def keep(request: httpx.Request) -> httpx.Response:
-        bodies.append(request.content)
-        return await inner(request)
-
-    transport.handle_async_request = keep  # type: ignore[method-assign]
+    transport.bodies.clear()
     thread = f"delta-{new_id()}"
     configs = await chain(saver, thread, 4, {0: {"ch": _DeltaSnapshot(log[:30])},
                                              2: {"ch": _DeltaSnapshot(log)}},
                           {n: [("ch", n)] for n in range(4)})
-    sent = [value for body in bodies if body for checkpoint in json.loads(body)["checkpoints"]
+    sent = [value for body in transport.bodies if body for checkpoint in json.loads(body)["checkpoints"]
             for value in checkpoint["values"]]
     assert [(v["type"], len(v["items"]), "base_version" in v) for v in sent] == [
         ("agentstate.delta-snapshot.list", 30, False),  # the first snapshot: every item
