@@ -153,7 +153,7 @@ included, the checkpoint's not), and that value as `seed` (null if the walk reac
 root). What LangGraph's `get_delta_channel_history` answers, in one statement."""
 
 
-@router.get(f"{BASE}/latest/delta-history", responses=responses(404, 422),
+@router.get(f"{BASE}/latest/delta-history", responses=responses(404, 414, 422),
             summary="Delta channel history of the newest checkpoint of a namespace",
             description=HISTORY)
 async def get_latest_delta_history(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
@@ -163,7 +163,7 @@ async def get_latest_delta_history(thread_id: ThreadId, uow: Reader, settings: S
         thread_id, checkpoint_ns, None, channels, by_digest=items == "digests")
 
 
-@router.get(ONE + "/delta-history", responses=responses(404, 422),
+@router.get(ONE + "/delta-history", responses=responses(404, 414, 422),
             summary="Delta channel history of a checkpoint", description=HISTORY)
 async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
                             settings: SettingsDep, channels: Channels,
