@@ -81,6 +81,11 @@ OPERATION_IDS = {
     ("post", "/v1/threads/{thread_id}/checkpoints/prune"): "pruneCheckpoints",
     ("post", "/v1/threads/{thread_id}/checkpoints/copy"): "copyCheckpoints",
     ("get", "/v1/threads/{thread_id}/checkpoints/latest"): "getLatestCheckpoint",
+    ("post", "/v1/threads/{thread_id}/checkpoints/batch"): "batchCheckpoints",
+    ("get", "/v1/threads/{thread_id}/checkpoints/latest/delta-history"):
+        "getLatestDeltaHistory",
+    ("get", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/delta-history"):
+        "getDeltaHistory",
     ("post", "/v1/threads/{thread_id}/checkpoints/items"): "getCheckpointItems",
     ("get", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}"): "getCheckpoint",
     ("post", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes"):

@@ -12,7 +12,8 @@ signal is raised when the tenant's feed may have grown:
 
 Writers call `written(tenant)` after they committed events. On Postgres that schedules one
 sequencing pass per tenant (coalesced: while a pass runs, more writes only mark it to run
-again), which numbers what is ready and NOTIFYs every server. A tick every
+again, and a pass waits `COALESCE_SECONDS` for the writes that follow), which numbers what is
+ready and NOTIFYs every server. A tick every
 `events_tick_seconds` runs a pass for each tenant this process has watchers of, so an event
 whose writer died between its commit and its pass is still delivered within a tick.
 """
@@ -31,6 +32,7 @@ from app.db.listener import Listener, listen_url
 from app.events.repository import EventRepository
 
 log = logging.getLogger("agentstate.feed")
+COALESCE_SECONDS = 0.02  # how long a write's sequencing pass waits for the writes after it
 
 
 class Feed:
@@ -144,6 +146,9 @@ class Feed:
 
     async def _sequence(self, tenant: str) -> None:
         try:
+            # Writes of the next moment share this pass (a LangGraph turn is three writes in
+            # a row): a watcher hears of them that much later, a writer pays a third.
+            await asyncio.sleep(COALESCE_SECONDS)
             while True:
                 try:
                     await self.pass_for(tenant)

@@ -54,6 +54,8 @@ DESCRIPTIONS = {
     410: "The thread was deleted.",
     412: "Precondition failed (If-Match / If-None-Match).",
     413: "Body too large.",
+    414: "The request URI is longer than 8 KiB (its query parameters, e.g. many long channel "
+         "names).",
     415: "Content-Type is not JSON.",
     422: "Body or parameters break the schema or a limit.",
     428: "If-Match (or If-None-Match: *) is required.",
