@@ -1,4 +1,4 @@
-"""The audit console's cost to open (issue 30): page weight, and the time to open a thread
+"""The audit console's cost to open: page weight, and the time to open a thread
 of 100,000 messages against one of 10.
 
 Starts a real `agentstate serve` on a fresh database, fills one thread with `--small`

@@ -1,4 +1,4 @@
-"""Many instances through PgBouncer (issue 29): write throughput and the feed's delivery
+"""Many instances through PgBouncer: write throughput and the feed's delivery
 latency, every configuration measured in the same run, alternating, as ratios.
 
     python -m bench.scaling [--seconds 10] [--connections 16] [--rounds 2] [--events 40]

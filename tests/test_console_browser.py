@@ -1,4 +1,4 @@
-"""The audit console in a real browser (issue 30): Debian's chromium, driven by Playwright,
+"""The audit console in a real browser: Debian's chromium, driven by Playwright,
 against a real `agentstate serve` on each backend with a seeded database.
 
 Every page a test opens listens for dialogs (a hostile value that ran `alert`), uncaught
