@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -176,12 +176,12 @@ class Settings(BaseSettings):
     # Traces (docs/operations.md): OpenTelemetry's own variables, named as the SDK names them.
     # On when OTEL_TRACES_EXPORTER names an exporter (console, otlp, ...) and OTEL_SDK_DISABLED
     # is not true; the SDK reads the other OTEL_* variables itself.
-    otel_traces_exporter: str | None = Field(
-        None, validation_alias="otel_traces_exporter",
-        description="OTEL_TRACES_EXPORTER: where spans go; unset or `none`: no tracing.")
     otel_sdk_disabled: str | None = Field(
         None, validation_alias="otel_sdk_disabled",
         description="OTEL_SDK_DISABLED: `true` turns tracing off whatever the exporter.")
+    otel_traces_exporter: str | None = Field(
+        None, validation_alias="otel_traces_exporter",
+        description="OTEL_TRACES_EXPORTER: where spans go; unset or `none`: no tracing.")
 
     @classmethod
     def settings_customise_sources(
@@ -222,8 +222,9 @@ class Settings(BaseSettings):
 
     @field_validator("otel_traces_exporter")
     @classmethod
-    def _known_exporters(cls, value: str | None) -> str | None:
-        if value is not None:
+    def _known_exporters(cls, value: str | None, info: ValidationInfo) -> str | None:
+        disabled = (info.data.get("otel_sdk_disabled") or "").strip().lower() == "true"
+        if value is not None and not disabled:
             from app.core.tracing import exporter_names
 
             exporter_names(value)  # installed, or one line saying what to install

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.auth.tenancy import request_tenant
@@ -73,7 +74,7 @@ class _On(Tracing):
             self.provider.shutdown()
 
 
-def install_tracing(app: Any, settings: Settings,
+def install_tracing(app: FastAPI, settings: Settings,
                     provider: TracerProvider | None = None) -> Tracing:
     """Trace `app`'s requests when tracing is on: into `provider` when given (tests,
     embedding), else into one built from the `OTEL_*` variables. Call it after the other
