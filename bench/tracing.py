@@ -86,7 +86,7 @@ class Sink(ThreadingHTTPServer):
         sink = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 sink.exports += 1
                 sink.received += len(body)
@@ -106,7 +106,9 @@ class Sink(ThreadingHTTPServer):
 
 
 def server(tree: Path, database_url: str, name: str, env: dict[str, str]) -> Server:
-    process = Server([sys.executable, "-m", "app.cli", "serve", "--port", "{port}"],
+    # Connections stay open while the other two servers take their turns.
+    process = Server([sys.executable, "-m", "app.cli", "serve", "--port", "{port}",
+                      "--keep-alive", "600"],
                      {"AGENTSTATE_DATABASE_URL": database_url, "AGENTSTATE_AUTO_MIGRATE": "false",
                       "AGENTSTATE_LOG_LEVEL": "WARNING", **env}, f"tracing-{name}", cwd=tree)
     process.env = {k: v for k, v in process.env.items()

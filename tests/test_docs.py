@@ -18,7 +18,8 @@ def fenced(lang: str) -> list[str]:
 
 
 def test_settings_table_lists_every_setting() -> None:
-    documented = set(re.findall(r"^\| `((?:AGENTSTATE|OTEL)_[A-Z_]+)` \|", README, flags=re.M))
+    documented = set(re.findall(r"^\| `((?:AGENTSTATE|OTEL)_[A-Z_]+)` \|", README,
+                                flags=re.MULTILINE))
     # OpenTelemetry's own variables are read under their own names (validation_alias).
     assert documented == {
         field.validation_alias.upper() if isinstance(field.validation_alias, str)

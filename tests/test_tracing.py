@@ -172,7 +172,7 @@ async def test_a_failed_direct_statement_is_an_error_span(
     provider, exporter = spans
     settings = Settings(database_url=database_url, auto_migrate=False,  # type: ignore[call-arg]
                         statement_timeout_ms=300, _env_file=None)
-    async with traced(settings, provider, max_retries=0) as (app, client):
+    async with traced(settings, provider, max_retries=0) as (_app, client):
         await client.create_thread(uid)
         exporter.clear()
         async with write_lock(database_url) as holder:
@@ -282,9 +282,9 @@ def test_serve_refuses_an_exporter_that_is_not_installed(database_url: str) -> N
                                "OTEL_TRACES_EXPORTER": "zipkin"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    assert done.stderr.strip().splitlines() == [(
         "agentstate: OTEL_TRACES_EXPORTER names 'zipkin', which no installed package exports "
-        "traces to; installed: console, otlp, otlp_proto_grpc, otlp_proto_http (or none)"]
+        "traces to; installed: console, otlp, otlp_proto_grpc, otlp_proto_http (or none)")]
 
 
 def console_spans(text: str) -> list[dict[str, Any]]:
