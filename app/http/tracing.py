@@ -1,8 +1,8 @@
 """Traces (docs/operations.md): a server span per request, a child span per database statement.
 
 Installed only when tracing is on (`Settings.tracing`, or a tracer provider handed to
-`create_app`); otherwise `install_tracing` returns a `Tracing` that does nothing, and no
-OpenTelemetry module is imported.
+`create_app`); otherwise `install_tracing` returns a `Tracing` that does nothing, and nothing
+of the otel extra (SDK, exporters, instrumentation) is imported.
 
 - The server span is OpenTelemetry's ASGI middleware, outside all of ours: it continues the
   caller's W3C `traceparent` (the propagators `OTEL_PROPAGATORS` names, `tracecontext` and
