@@ -7,7 +7,7 @@ import signal
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
@@ -30,6 +30,7 @@ from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
 from app.http.posture import install_posture
 from app.http.problems import install_handlers
+from app.http.tracing import install_tracing
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
 from app.messages.router import router as messages_router
@@ -39,13 +40,18 @@ from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
 from app.threads.router import router as threads_router
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
 ROUTERS = [
     ops_router, threads_router, messages_router, lineage_router, compactions_router, agent_states_router,
     mcp_servers_router, events_router, batch_router, checkpoints_router,
 ]
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *,
+               tracer_provider: TracerProvider | None = None) -> FastAPI:
+    """The application; `tracer_provider` traces it there, whatever the settings say."""
     settings = settings or Settings()
     metrics = Metrics()
 
@@ -56,6 +62,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sweeper: Sweeper | None = None
         install_tenant_guard(db.engine)
         metrics.watch_pool(db.engine)
+        tracing.watch(db.engine)
         try:
             app.state.db = db
             app.state.readiness = ReadinessCheck(db, app.state.schema_head,
@@ -76,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await feed.stop()
             await db.dispose()
             metrics.close()
+            tracing.close()
 
     app = FastAPI(
         title="agentstate",
@@ -103,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth,
                        settings.max_checkpoint_body_bytes)
+    tracing = install_tracing(app, settings, tracer_provider)
     for router in ROUTERS:
         app.include_router(router)
     if settings.console_enabled:  # the audit console, docs/console.md

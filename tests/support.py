@@ -11,8 +11,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -256,3 +257,44 @@ async def write_lock(database_url: str) -> AsyncIterator[int | None]:
             yield connection.get_server_pid()
     finally:
         await connection.close()
+
+
+@contextlib.contextmanager
+def recorded_spans() -> Iterator[tuple[Any, Any]]:
+    """OpenTelemetry's SDK set up as a traced application sets it up (the global tracer
+    provider, which the client uses), keeping its spans in memory: (provider, exporter).
+    The global provider is reset afterwards with OpenTelemetry's own test utility."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.test.globals_test import reset_trace_globals
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reset_trace_globals()
+    trace.set_tracer_provider(provider)
+    try:
+        yield provider, exporter
+    finally:
+        reset_trace_globals()
+        provider.shutdown()
+
+
+def span_tree(spans: Any) -> list[str]:
+    """Finished spans as an indented tree (children in start order): `name [KIND]`."""
+    children: dict[int | None, list[Any]] = {}
+    ids = {span.context.span_id for span in spans}
+    for span in spans:
+        parent = span.parent.span_id if span.parent is not None else None
+        children.setdefault(parent if parent in ids else None, []).append(span)
+    lines: list[str] = []
+
+    def walk(parent: int | None, depth: int) -> None:
+        for span in sorted(children.get(parent, []), key=lambda s: s.start_time):
+            lines.append(f"{'  ' * depth}{span.name} [{span.kind.name}]")
+            walk(span.context.span_id, depth + 1)
+
+    walk(None, 0)
+    return lines

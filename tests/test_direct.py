@@ -37,7 +37,8 @@ async def test_an_append_and_a_batch_take_the_direct_path(
     def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any,
                _many: bool) -> None:
         words = sql.split()
-        seen.append((f"{words[0]} {words[2 if words[0] == 'INSERT' else 1]}", context is None))
+        seen.append((f"{words[0]} {words[2 if words[0] == 'INSERT' else 1]}",
+                     isinstance(context, direct.DirectContext)))
 
     engine = app.state.db.engine.sync_engine
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201

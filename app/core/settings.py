@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -206,6 +206,16 @@ class Settings(BaseSettings):
         description="On SIGTERM, answer /readyz 503 for this long while still serving, so a "
                     "load balancer takes the server out of rotation, before shutting down.")
 
+    # Traces (docs/operations.md): OpenTelemetry's own variables, named as the SDK names them.
+    # On when OTEL_TRACES_EXPORTER names an exporter (console, otlp, ...) and OTEL_SDK_DISABLED
+    # is not true; the SDK reads the other OTEL_* variables itself.
+    otel_sdk_disabled: str | None = Field(
+        None, validation_alias="otel_sdk_disabled",
+        description="OTEL_SDK_DISABLED: `true` turns tracing off whatever the exporter.")
+    otel_traces_exporter: str | None = Field(
+        None, validation_alias="otel_traces_exporter",
+        description="OTEL_TRACES_EXPORTER: where spans go; unset or `none`: no tracing.")
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -251,6 +261,16 @@ class Settings(BaseSettings):
             check_parameters(make_url(url).query)  # libpq's names; unknown ones refused
         return url
 
+    @field_validator("otel_traces_exporter")
+    @classmethod
+    def _known_exporters(cls, value: str | None, info: ValidationInfo) -> str | None:
+        disabled = (info.data.get("otel_sdk_disabled") or "").strip().lower() == "true"
+        if value is not None and not disabled:
+            from app.core.tracing import exporter_names
+
+            exporter_names(value)  # installed, or one line saying what to install
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _upper_level(cls, value: object) -> object:
@@ -284,6 +304,13 @@ class Settings(BaseSettings):
         return self.is_sqlite if self.auto_migrate is None else self.auto_migrate
 
     @property
+    def tracing(self) -> bool:
+        """Whether requests are traced (OpenTelemetry's switches, as the SDK reads them)."""
+        exporters = (self.otel_traces_exporter or "").strip().lower()
+        disabled = (self.otel_sdk_disabled or "").strip().lower() == "true"
+        return exporters not in ("", "none") and not disabled
+
+    @property
     def debug(self) -> bool:
         return self.log_level == "DEBUG"
 
@@ -299,7 +326,8 @@ def describe_settings_error(error: ValidationError) -> str:
     lines = []
     for item in error.errors():
         field = str(item["loc"][0]) if item.get("loc") else "?"
-        name = f"AGENTSTATE_{field.upper()}"
+        # OpenTelemetry's own variables keep their names (no AGENTSTATE_ prefix).
+        name = field.upper() if field.startswith("otel_") else f"AGENTSTATE_{field.upper()}"
         ctx = item.get("ctx") or {}
         kind = item.get("type", "")
         bounds = {"greater_than_equal": (">=", "ge"), "greater_than": (">", "gt"),

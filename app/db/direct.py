@@ -18,8 +18,11 @@ What SQLAlchemy would otherwise do around a statement is kept:
 - a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
   would raise (a lost connection invalidated first), so app/http/problems.py answers as for
   any statement;
-- SQLAlchemy's `before_cursor_execute` listeners see each statement (with no execution
-  context: the tenant guard has checked it already), so statement tracing still works;
+- SQLAlchemy's `before_cursor_execute` and `after_cursor_execute` listeners see each
+  statement, and its `handle_error` listeners a failed one, so statement tracing
+  (bench/sqlcapture.py, OpenTelemetry's spans, app/http/tracing.py) sees every statement
+  once. Their execution context is a `DirectContext`: no compiled statement (the tenant guard
+  has checked it already); what the listeners return is not applied;
 - rows come back as named tuples: by position, by attribute and through `_mapping`, like
   SQLAlchemy's `Row`, with each column's result processor applied.
 """
@@ -32,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine.base import ExceptionContextImpl
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
 
@@ -155,31 +159,61 @@ async def _adapter(connection: AsyncConnection) -> Any:
     return fairy.dbapi_connection
 
 
+class DirectContext:
+    """The execution context SQLAlchemy's statement events get for a direct statement: none
+    of SQLAlchemy's (no compiled statement, no cursor), but a listener may keep what it needs
+    between the events on it, as OpenTelemetry keeps the statement's span."""
+
+    compiled = None
+
+
 async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                call: Callable[[Any], Any]) -> Any:
     adapter = await _adapter(connection)
+    sync = connection.sync_connection
+    context = DirectContext()
     try:
         # asyncpg's BEGIN, sent with the first statement as SQLAlchemy's cursor sends it (a
         # connection in autocommit has none); its errors are translated like the statement's.
         if adapter._transaction is None and not adapter.autocommit:
             await adapter._start_transaction()
-        sync = connection.sync_connection
-        if sync is not None:  # statement tracing (bench/sqlcapture.py) sees it; no context
-            sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, None, many)
-        return await call(adapter._connection)
+        if sync is not None:
+            sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, context, many)
+        result = await call(adapter._connection)
+        if sync is not None:
+            sync.dispatch.after_cursor_execute(sync, None, plan.sql, args, context, many)
+        return result
     except Exception as error:  # noqa: BLE001 - every error is translated, as SQLAlchemy does
         try:
             adapter._handle_exception(error)  # raises it as the DB-API error it maps to
         except Exception as translated:
             dialect = connection.dialect
             if not isinstance(translated, dialect.loaded_dbapi.Error):
+                _failed(sync, plan, args, context, translated, None, False)
                 raise  # not the driver's (an OSError): raised as SQLAlchemy raises it
             lost = dialect.is_disconnect(translated, adapter, None)
+            raised = sa_exc.DBAPIError.instance(
+                plan.sql, None, translated, dialect.loaded_dbapi.Error, hide_parameters=True,
+                connection_invalidated=lost, dialect=dialect)
+            _failed(sync, plan, args, context, translated, raised, lost)
             if lost:
                 await connection.invalidate(translated)
-            raise sa_exc.DBAPIError.instance(
-                plan.sql, None, translated, dialect.loaded_dbapi.Error, hide_parameters=True,
-                connection_invalidated=lost, dialect=dialect) from error
+            raise raised from error
+    except BaseException as error:  # cancelled: the listeners hear of it too
+        _failed(sync, plan, args, context, error, None, False)
+        raise
+
+
+def _failed(sync: Any, plan: _Plan, args: Any, context: Any, error: BaseException,
+            raised: sa_exc.StatementError | None, lost: bool) -> None:
+    """Tell SQLAlchemy's `handle_error` listeners that a direct statement failed, as
+    SQLAlchemy tells them of its own."""
+    if sync is None or not sync.dialect.dispatch.handle_error:
+        return
+    failure = ExceptionContextImpl(error, raised, sync.engine, sync.dialect, sync, None,
+                                   plan.sql, args, context, lost, True, False)
+    for listener in sync.dialect.dispatch.handle_error:
+        listener(failure)
 
 
 # The private members of SQLAlchemy's asyncpg adapter that `_run` uses, checked against

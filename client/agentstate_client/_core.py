@@ -22,6 +22,7 @@ from urllib.parse import quote
 
 import httpx
 
+from agentstate_client import _tracing
 from agentstate_client.errors import (
     APIConnectionError,
     APITimeoutError,
@@ -217,10 +218,12 @@ class _SyncDriver:
                 time.sleep(step.seconds)
                 outcome = (None, None)
                 continue
-            try:
-                outcome = (self._http.send(self._http.build_request(**step.kwargs)), None)
-            except httpx.TransportError as exc:
-                outcome = (None, exc)
+            with _tracing.attempt(steps, step.kwargs) as span:
+                try:
+                    outcome = (self._http.send(self._http.build_request(**step.kwargs)), None)
+                except httpx.TransportError as exc:
+                    outcome = (None, exc)
+                span.record(*outcome)
         return step.value  # type: ignore[no-any-return]
 
 
@@ -253,10 +256,12 @@ class _AsyncDriver:
                 await asyncio.sleep(step.seconds)
                 outcome = (None, None)
                 continue
-            try:
-                outcome = (await self._send(step.kwargs), None)
-            except httpx.TransportError as exc:
-                outcome = (None, exc)
+            with _tracing.attempt(steps, step.kwargs) as span:
+                try:
+                    outcome = (await self._send(step.kwargs), None)
+                except httpx.TransportError as exc:
+                    outcome = (None, exc)
+                span.record(*outcome)
         return step.value  # type: ignore[no-any-return]
 
 

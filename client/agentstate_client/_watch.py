@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from agentstate_client import _tracing
 from agentstate_client._core import RETRY_EXCEPTIONS, RETRY_STATUSES, Core, drop_none
 from agentstate_client.errors import error_from_response
 from agentstate_client.models import Event
@@ -46,6 +47,7 @@ class _Stream:
         headers = {**self.core.headers, "Accept": "text/event-stream"}
         if self.cursor is not None:
             headers["Last-Event-ID"] = self.cursor
+        _tracing.inject(headers)  # the caller's trace, when OpenTelemetry is in use
         return {"method": "GET", "url": f"{self.core.base_url}/v1/events/stream",
                 "params": self.params, "headers": headers, "timeout": self.timeout}
 
