@@ -34,11 +34,12 @@ from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
 from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
+from app.store.router import router as store_router
 from app.threads.router import router as threads_router
 
 ROUTERS = [
     ops_router, threads_router, messages_router, lineage_router, compactions_router, agent_states_router,
-    mcp_servers_router, events_router, batch_router, checkpoints_router,
+    mcp_servers_router, events_router, batch_router, checkpoints_router, store_router,
 ]
 
 
