@@ -56,7 +56,9 @@ from agentstate_client._sync import AgentStateClient
 from agentstate_client.errors import CheckpointItemsMissing, NotFound
 from agentstate_client.ids import decode_id, encode_id
 
-__all__ = ["AgentStateSaver"]
+from agentstate_client._langgraph_store import AgentStateStore  # noqa: E402 - re-exported
+
+__all__ = ["AgentStateSaver", "AgentStateStore"]
 
 LIST_TYPE = "agentstate.list"  # the type tag of a value sent as its items
 EMPTY_TYPE = "empty"  # a channel in new_versions that holds no value any more
