@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     ColumnElement,
+    Integer,
     Numeric,
     Text,
     and_,
@@ -22,7 +23,6 @@ from sqlalchemy import (
     false,
     func,
     insert,
-    Integer,
     literal,
     literal_column,
     or_,
@@ -87,24 +87,8 @@ class StoreRepository(RevisionedRepository):
             stmt = stmt.with_for_update(key_share=True)
         return (await self.connection.execute(stmt)).first()
 
-    async def create(self, key: Key, values: dict[str, Any], now: datetime) -> AnyRow | None:
-        from app.db.dialect import insert_ignoring_conflicts
-
-        inserted = await self.connection.execute(
-            insert_ignoring_conflicts(self.connection, t, ["tenant_id", *self.key_columns])
-            .values(tenant_id=self.tenant_id, **dict(zip(self.key_columns, key, strict=True)),
-                    revision=1, created_at=now, updated_at=now, **values)
-            .returning(*t.c))
-        row = inserted.first()
-        if row is not None:
-            return row
-        revived = await self.connection.execute(
-            update(t)
-            .where(self._key(key), or_(t.c.deleted_at.is_not(None), self._expired()))
-            .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
-                    **values)
-            .returning(*t.c))
-        return revived.first()
+    def _gone(self) -> ColumnElement[bool]:
+        return or_(super()._gone(), self._expired())
 
     # --- vectors ------------------------------------------------------------------------
 

@@ -42,7 +42,8 @@ async def _address(
     request: Request, settings: SettingsDep,
     namespace: Annotated[str, Path(
         pattern=rf"^{_LABEL}(/{_LABEL}){{0,9}}$",
-        description=f"The namespace's labels joined by `/`, e.g. `users/42/memories`. {_SEGMENTS}")],
+        description=f"The namespace's labels joined by `/`, e.g. `users/42/memories`. "
+                    f"{_SEGMENTS}")],
     key: Annotated[str, Path(pattern=rf"^{_LABEL}$", description="The item's key, encoded "
                                                                  "the same way.")],
 ) -> tuple[str, str]:
