@@ -154,11 +154,14 @@ class StoreRepository(RevisionedRepository):
             elif isinstance(operand, (dict, list)):
                 equal = and_(at.is_not(None), at == cast(literal(dumps(operand)), JSONB))
             else:
-                # Containment of the scalar at its path: served by the value's GIN index.
+                # Containment of the scalar at its path: served by the value's GIN index. The
+                # document is rendered into the statement: with a parameter, a prepared
+                # statement's generic plan cannot estimate it and scans every item.
                 nested: Any = operand
                 for step in reversed(c.path):
                     nested = {step: nested}
-                equal = doc.op("@>", is_comparison=True)(cast(literal(dumps(nested)), JSONB))
+                document = bindparam(None, dumps(nested), type_=Text, literal_execute=True)
+                equal = doc.op("@>", is_comparison=True)(cast(document, JSONB))
             return equal if c.op == "$eq" else ~equal
         comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
         if isinstance(operand, str):
