@@ -413,6 +413,7 @@ async def test_vectors_are_replaced_merged_and_checked(client: httpx.AsyncClient
          "too_many_vectors"),
         ({"value": {"x": "y" * 300_000}}, "value_too_large"),
         ({"value": {}, "index": ["a..b"]}, "validation_failed"),
+        ({"value": {}, "index": 0}, "validation_failed"),
         ({"value": {}, "ttl_seconds": 0}, "validation_failed"),
         ({"value": []}, "validation_failed"),
     ):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, Field, StrictBool
+from pydantic import BaseModel, BeforeValidator, Field, StrictBool
 
 from app.core.schemas import JsonObject, RowModel, Strict, Timestamp
 from app.store.addressing import decode_segment, labels_of
@@ -21,7 +21,15 @@ TtlSeconds = Annotated[float, Field(
 )]
 FieldList = Annotated[list[Annotated[str, Field(min_length=1, max_length=1024)]],
                       Field(max_length=64)]
-IndexFields = Annotated[FieldList | Literal[False], Field(description=(
+def _not_a_number(value: Any) -> Any:
+    """`false` only as a boolean: a lax Literal[False] would take 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise ValueError("false, or a list of field paths")
+    return value
+
+
+IndexFields = Annotated[FieldList | Literal[False], BeforeValidator(_not_a_number),
+                        Field(description=(
     'The JSON paths lexical search reads: `"text"`, `"meta.title"`, `"chunks[*].body"`, '
     '`"tags[0]"`, `"$"` for the whole value; `false` (or `[]`): not searchable by text. '
     "Omitted or null: the whole value."))]
