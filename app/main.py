@@ -11,17 +11,19 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from app import __version__
 from app.agent_states.router import router as agent_states_router
-from app.batch.router import router as batch_router
 from app.auth.authenticator import Authenticator
-from app.auth.tenancy import install_tenant_guard
+from app.batch.router import router as batch_router
 from app.checkpoints.router import router as checkpoints_router
 from app.compactions.router import router as compactions_router
+from app.console.router import router as console_router
 from app.core.logging import configure_logging
 from app.core.metrics import Metrics
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.db.tenancy import install_tenant_guard
 from app.events.feed import Feed
 from app.events.router import router as events_router
 from app.http.middleware import install_middleware
@@ -32,6 +34,7 @@ from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
 from app.messages.router import router as messages_router
 from app.ops.router import router as ops_router
+from app.ops.service import ReadinessCheck
 from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
 from app.store.router import router as store_router
@@ -56,11 +59,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.watch_pool(db.engine)
         try:
             app.state.db = db
+            app.state.readiness = ReadinessCheck(db, app.state.schema_head,
+                                                 settings.retry_after_seconds)
             await start(app, settings, db)
             app.state.feed = feed = Feed(db, settings)
             await feed.start()
             if getattr(app.state, "strict_start", False):  # served by `agentstate serve`
-                _on_stop_signal(feed.close_watchers)
+                _on_stop_signal(app, feed.close_watchers, settings.drain_seconds)
             if settings.sweep_enabled:
                 sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
                 sweeper.start()
@@ -75,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     app = FastAPI(
         title="agentstate",
-        version="1.0.0",
+        version=__version__,  # the installed package's, as `agentstate --version` says
         summary="The state service AI agents keep their memory in.",
         description=(
             "Threads (run state), conversation messages, compactions, agent states, MCP server "
@@ -93,30 +98,45 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.draining = False  # SIGTERM with AGENTSTATE_DRAIN_SECONDS (see _on_stop_signal)
     app.state.authenticator = Authenticator(settings.auth_cache_seconds, settings.require_api_keys)
     app.state.schema_head = migrate.head_revision()
-    install_handlers(app, settings.retry_after_seconds)
+    install_handlers(app)
     install_middleware(app, metrics, settings.max_body_bytes, settings.max_json_depth,
                        settings.max_checkpoint_body_bytes)
     for router in ROUTERS:
         app.include_router(router)
+    if settings.console_enabled:  # the audit console, docs/console.md
+        app.include_router(console_router)
     install_openapi(app)
     return app
 
 
-def _on_stop_signal(callback: Callable[[], None]) -> None:
+def _on_stop_signal(app: FastAPI, callback: Callable[[], None], drain_seconds: float) -> None:
     """Also run `callback` in the event loop when SIGTERM or SIGINT arrives, after the handler
     uvicorn installed (which begins the graceful shutdown, then waits for open responses):
     so the feed ends its streams at once instead of holding the shutdown. uvicorn puts the
-    handlers it replaced back when it stops."""
+    handlers it replaced back when it stops.
+
+    With `drain_seconds`, the first SIGTERM only marks the server draining (/readyz answers
+    503, everything else is served as before) and the shutdown begins that much later: a
+    load balancer checking /readyz takes the server out of rotation before it stops
+    accepting connections. Another SIGTERM, or SIGINT, stops it at once."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         before = signal.getsignal(sig)
 
-        def handler(number: int, frame: FrameType | None, before: Any = before) -> None:
+        def stop(number: int, frame: FrameType | None, before: Any = before) -> None:
             if callable(before):
                 before(number, frame)
             loop.call_soon_threadsafe(callback)
+
+        def handler(number: int, frame: FrameType | None, stop: Any = stop) -> None:
+            if number == signal.SIGTERM and drain_seconds and not app.state.draining:
+                app.state.draining = True
+                loop.call_soon_threadsafe(loop.call_later, drain_seconds, stop, number, frame)
+                return
+            stop(number, frame)
 
         signal.signal(sig, handler)
 

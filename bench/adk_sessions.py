@@ -25,7 +25,12 @@ import time
 from statistics import median
 from typing import Any
 
-from bench.server import agentstate_server, create_postgres_database, drop_postgres_database, migrate
+from bench.server import (
+    agentstate_server,
+    create_postgres_database,
+    drop_postgres_database,
+    migrate,
+)
 from bench.stats import percentile
 
 EARLY = 10
@@ -146,8 +151,8 @@ def run(turns: int, reads: int) -> dict[str, Any]:
 
 
 def table(results: dict[str, Any]) -> str:
-    lines = ["| service | append_event turns 1-10 (median / p90 per event, per turn) | "
-             "append_event last 10 turns | get_session of all events |", "|---|---|---|---|"]
+    lines = [("| service | append_event turns 1-10 (median / p90 per event, per turn) | "
+             "append_event last 10 turns | get_session of all events |"), "|---|---|---|---|"]
     for name, label in (
             ("adk_database_session_service", "ADK DatabaseSessionService (in-process)"),
             ("agentstate_over_http", "AgentStateSessionService (HTTP)"),

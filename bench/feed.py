@@ -1,4 +1,4 @@
-"""The change feed (issue 18): one tenant's write throughput with the database 5 ms away, the
+"""The change feed: one tenant's write throughput with the database 5 ms away, the
 previous design against this one in the same run; watch latency and database connections
 with many idle watchers.
 

@@ -1,20 +1,27 @@
 """A 400-turn LangGraph chat: `AgentStateSaver` over HTTP against LangGraph's own
-`AsyncPostgresSaver` in-process, on the same Postgres, in the same run (issue 15).
+`AsyncPostgresSaver` in-process, on the same Postgres, in the same run.
 
 The graph is `StateGraph(MessagesState)` with one node, a fake model (no network) that
 answers every user message with about 300 characters; each turn sends one user message of
-about 300 characters, so a turn adds two messages. The two systems run turn by turn,
-alternating, so both see the same machine state. AsyncPostgresSaver keeps its tables in the
-schema `lgpg` of the database agentstate uses (its table names are agentstate's too).
+about 300 characters, so a turn adds two messages. With `--delta` the state's `messages`
+is a `DeltaChannel` (langgraph 1.2; snapshot every 100 updates, its default) on both systems.
+The two systems run turn by turn, alternating, so both see the same machine state.
+AsyncPostgresSaver keeps its tables in the schema `lgpg` of the database agentstate uses
+(its table names are agentstate's too).
 
 Measured:
-- `ainvoke` latency per turn (turns 1-10 and 391-400);
+- `ainvoke` latency per turn (turns 1-10 and the last ten), and agentstate's HTTP requests
+  per turn (counted in the saver's client);
 - loading the final state (`aget_state` on a fresh saver, median of 5);
 - bytes stored: `pg_total_relation_size` of each system's checkpoint tables (data, TOAST and
-  indexes), and the payload bytes in them, against the message text itself.
+  indexes), and the payload bytes in them, against the message text itself;
+- with `--count-turns N` (default 20), a second chat of N turns on each system through a
+  proxy in front of Postgres (bench/pgwire.py) that counts the statements and round trips
+  each sends per turn (not timed: the proxy adds a hop).
 
     .venv/bin/pip install -e '.[bench]' -e './client[langgraph]'
     .venv/bin/python -m bench.langgraph_chat            # 400 turns
+    .venv/bin/python -m bench.langgraph_chat --delta    # the DeltaChannel variant
     .venv/bin/python -m bench.langgraph_chat --turns 20 # a quick look
 """
 
@@ -26,14 +33,17 @@ import random
 import statistics
 import time
 import uuid
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from agentstate_client.langgraph import AgentStateSaver
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
 from sqlalchemy.engine import make_url
 
+from bench.pgwire import WireCounter
 from bench.server import (
     agentstate_server,
     create_postgres_database,
@@ -41,10 +51,13 @@ from bench.server import (
     migrate,
 )
 
-WORDS = ("risk manager position exposure acceptable tighter stop analyst divergence hourly "
-         "chart portfolio sizing capped earnings review momentum volume breakout support "
-         "resistance liquidity spread hedge option delta gamma volatility skew yield curve "
-         "inflation guidance revenue margin forecast consensus upgrade downgrade").split()
+WORDS = [
+    "risk", "manager", "position", "exposure", "acceptable", "tighter", "stop", "analyst",
+    "divergence", "hourly", "chart", "portfolio", "sizing", "capped", "earnings", "review",
+    "momentum", "volume", "breakout", "support", "resistance", "liquidity", "spread", "hedge",
+    "option", "delta", "gamma", "volatility", "skew", "yield", "curve", "inflation",
+    "guidance", "revenue", "margin", "forecast", "consensus", "upgrade", "downgrade"
+]
 AGENTSTATE_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_items", "checkpoint_writes")
 LGPG_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -92,13 +105,20 @@ class Timings:
         return ", ".join(parts)
 
 
-def build(checkpointer: Any, seed: int) -> Any:
+class DeltaMessages(TypedDict):
+    """`MessagesState` with its `messages` as a DeltaChannel (langgraph 1.2), reduced by
+    LangGraph's own message reducer for it."""
+
+    messages: Annotated[list[Any], DeltaChannel(_messages_delta_reducer)]
+
+
+def build(checkpointer: Any, seed: int, delta: bool = False) -> Any:
     rng = random.Random(seed)
 
-    def model(state: MessagesState) -> dict[str, list[AIMessage]]:
+    def model(state: Any) -> dict[str, list[AIMessage]]:
         return {"messages": [AIMessage(content=text(rng))]}
 
-    graph = StateGraph(MessagesState)
+    graph = StateGraph(DeltaMessages if delta else MessagesState)
     graph.add_node("model", model)
     graph.add_edge(START, "model")
     return graph.compile(checkpointer=checkpointer)
@@ -135,7 +155,7 @@ async def sizes(dsn: str) -> dict[str, dict[str, int]]:
         await connection.close()
 
 
-async def run(turns: int, url: str) -> None:
+async def run(turns: int, url: str, delta: bool, count_turns: int) -> None:
     import asyncpg
 
     plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -144,27 +164,53 @@ async def run(turns: int, url: str) -> None:
     await connection.close()
     lgpg_dsn = plain + "?options=-csearch_path%3Dlgpg"
     with agentstate_server(url, workers=1) as server:
-        await compare(turns, server.base_url, lgpg_dsn, plain)
+        await compare(turns, server.base_url, lgpg_dsn, plain, delta)
+    if count_turns:
+        await count(count_turns, url, delta)
 
 
-async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> None:
+def counting(saver: AgentStateSaver, base_url: str) -> list[int]:
+    """Give `saver` an asyncio client whose requests are counted: [requests so far]."""
+    from agentstate_client import AsyncAgentStateClient
+
+    client = AsyncAgentStateClient(base_url)
+    sent = [0]
+    send = client._send
+
+    async def counted(kwargs: dict[str, Any]) -> Any:
+        sent[0] += 1
+        return await send(kwargs)
+
+    client._send = counted  # type: ignore[method-assign]
+    saver._async_client, saver._owns_async = client, False
+    return sent
+
+
+async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str,
+                  delta: bool) -> None:
     ours = AgentStateSaver(base_url=base_url)
+    sent = counting(ours, base_url)
+    requests: list[int] = []
     latencies: dict[str, list[float]] = {"agentstate": [], "AsyncPostgresSaver": []}
     text_bytes = 0
     async with AsyncPostgresSaver.from_conn_string(lgpg_dsn) as theirs:
         await theirs.setup()
         timings = {"agentstate": Timings(ours), "AsyncPostgresSaver": Timings(theirs)}
-        graphs = {"agentstate": build(ours, 1), "AsyncPostgresSaver": build(theirs, 1)}
+        graphs = {"agentstate": build(ours, 1, delta),
+                  "AsyncPostgresSaver": build(theirs, 1, delta)}
         threads = {name: f"chat-{uuid.uuid4()}" for name in graphs}
         rng = random.Random(7)
         for turn in range(1, turns + 1):
             message = text(rng)
             for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": threads[name]}}
+                before = sent[0]
                 started = time.perf_counter()
                 result = await graph.ainvoke({"messages": [HumanMessage(content=message)]},
                                              config)
                 latencies[name].append((time.perf_counter() - started) * 1000)
+                if name == "agentstate":
+                    requests.append(sent[0] - before)
                 timings[name].next_turn()
                 assert len(result["messages"]) == 2 * turn
             text_bytes += len(message.encode()) + len(result["messages"][-1].content.encode())
@@ -175,12 +221,15 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> N
         for name, timing in timings.items():
             print(f"saver calls per turn, {name}: turns 1-10: {timing.summary(slice(0, 10))}; "
                   f"last 10: {timing.summary(slice(-10, None))}")
+        print(f"agentstate requests per turn: turns 1-10 {requests[:10]}, last 10 "
+              f"{requests[-10:]}, min {min(requests)}, max {max(requests)}, "
+              f"mean {statistics.mean(requests):.2f}")
         loads: dict[str, list[float]] = {name: [] for name in graphs}
         for _ in range(5):
             for name in graphs:
                 fresh_saver: Any = (AgentStateSaver(base_url=base_url) if name == "agentstate"
                                     else theirs)
-                graph = build(fresh_saver, 1)
+                graph = build(fresh_saver, 1, delta)
                 config = {"configurable": {"thread_id": threads[name]}}
                 started = time.perf_counter()
                 state = await graph.aget_state(config)
@@ -195,6 +244,50 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str) -> N
     report(turns, latencies, loads, stored, text_bytes)
 
 
+async def count(turns: int, url: str, delta: bool) -> None:
+    """Statements and round trips per turn, each system through a counting proxy."""
+    where = make_url(url)
+    host, port = where.host or "127.0.0.1", where.port or 5432
+    with WireCounter(host, port) as ours_wire, WireCounter(host, port) as theirs_wire:
+        proxied = where.set(host="127.0.0.1", port=ours_wire.port).render_as_string(
+            hide_password=False)
+        theirs_dsn = (where.set(drivername="postgresql", host="127.0.0.1",
+                                port=theirs_wire.port).render_as_string(hide_password=False)
+                      + "?options=-csearch_path%3Dlgpg")
+        per_turn: dict[str, list[dict[str, int]]] = {"agentstate": [], "AsyncPostgresSaver": []}
+        with agentstate_server(proxied, workers=1) as server:
+            ours = AgentStateSaver(base_url=server.base_url)
+            sent = counting(ours, server.base_url)
+            async with AsyncPostgresSaver.from_conn_string(theirs_dsn) as theirs:
+                graphs = {"agentstate": (build(ours, 2, delta), ours_wire),
+                          "AsyncPostgresSaver": (build(theirs, 2, delta), theirs_wire)}
+                threads = {name: f"count-{uuid.uuid4()}" for name in graphs}
+                rng = random.Random(8)
+                for _ in range(turns):
+                    message = text(rng)
+                    for name, (graph, wire) in graphs.items():
+                        before, requests = wire.counts(), sent[0]
+                        await graph.ainvoke({"messages": [HumanMessage(content=message)]},
+                                            {"configurable": {"thread_id": threads[name]}})
+                        await asyncio.sleep(0.2)  # the feed's pass after the last write
+                        after = wire.counts()
+                        per_turn[name].append({k: after[k] - before[k] for k in after} | {
+                            "requests": sent[0] - requests})
+            await ours.aclose()
+            ours.close()
+    print(f"\nper turn through the counting proxy ({turns} turns; agentstate's requests "
+          "counted in its client, the feed's sequencing pass included):")
+    print("| | turns 1-10 | last 10 |\n|---|---|---|")
+    for name, rows in per_turn.items():
+        for key in ("requests", "statements", "round_trips"):
+            if name != "agentstate" and key == "requests":
+                continue
+            print(f"| {name} {key} | " + " | ".join(
+                f"{statistics.median(r[key] for r in window)} "
+                f"({min(r[key] for r in window)}-{max(r[key] for r in window)})"
+                for window in (rows[:10], rows[-10:])) + " |")
+
+
 def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[float]],
            stored: dict[str, dict[str, int]], text_bytes: int) -> None:
     first = slice(0, 10)
@@ -202,7 +295,7 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
     print(f"\n{turns} turns, {2 * turns} messages, {text_bytes / 1024:.0f} KiB of message text")
     print("\n| | agentstate (HTTP) | AsyncPostgresSaver (in-process) |")
     print("|---|---|---|")
-    for label, window in ((f"invoke, turns 1-10, median ms", first),
+    for label, window in (("invoke, turns 1-10, median ms", first),
                           (f"invoke, turns {last.start + 1}-{turns}, median ms", last)):
         print(f"| {label} | " + " | ".join(
             f"{statistics.median(latencies[n][window]):.1f}" for n in latencies) + " |")
@@ -228,11 +321,15 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=400)
+    parser.add_argument("--delta", action="store_true",
+                        help="messages as a DeltaChannel (on both systems)")
+    parser.add_argument("--count-turns", type=int, default=20,
+                        help="turns of the counted chat (statements per turn); 0: none")
     args = parser.parse_args()
     url = create_postgres_database()
     try:
         migrate(url)
-        asyncio.run(run(args.turns, url))
+        asyncio.run(run(args.turns, url, args.delta, args.count_turns))
     finally:
         drop_postgres_database(url)
 

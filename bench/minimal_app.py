@@ -1,5 +1,5 @@
 """Baseline (b): the framework's limit. A FastAPI endpoint returning a small JSON body, served
-by uvicorn with exactly the settings `agentstate serve` uses (app/cli.py).
+by uvicorn with exactly the settings `agentstate serve` uses (app/ops/commands.py).
 
 With AGENTSTATE_BENCH_DSN set it also answers `GET /v1/threads/{id}` the barest way there is:
 one asyncpg SELECT of the row from a pool, returned as JSON with no key check, no log line and
@@ -63,7 +63,7 @@ def create_app() -> FastAPI:
 
 
 def main() -> None:
-    from app.cli import run_uvicorn
+    from app.ops.listen import run_uvicorn
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)

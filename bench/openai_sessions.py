@@ -1,12 +1,15 @@
-"""OpenAI Agents SDK sessions: the SDK's `SQLiteSession` (a file, in-process) against
-agentstate's `AgentStateSession` over HTTP (Postgres), one 400-turn session each (two items a
-turn, added as the Runner adds them: the user's input, then the model's output).
+"""OpenAI Agents SDK sessions: agentstate's `AgentStateSession` over HTTP (Postgres)
+against the SDK's own `SQLAlchemySession` in-process on the same Postgres database (its
+network-backed peer) and its `SQLiteSession` (a file, in-process), one 400-turn session each
+(two items a turn, added as the Runner adds them: the user's input, then the model's output),
+turn by turn alternately, so all see the same machine.
 
     .venv/bin/python -m bench.openai_sessions [--turns 400] [--reads 5]
 
 Reports the median `add_items` latency per turn over turns 1-10 and the last ten turns, a
 `get_items(limit=20)` (what a Runner with a session limit reads), and `get_items()` of the
-whole session. One request at a time: latency, not load.
+whole session (reads alternate between the sessions too). One request at a time: latency,
+not load.
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from bench.server import agentstate_server, create_postgres_database, drop_postgres_database, migrate
+from bench.server import (
+    agentstate_server,
+    create_postgres_database,
+    drop_postgres_database,
+    migrate,
+)
 
 EARLY = 10
 
@@ -33,57 +41,57 @@ def items(turn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return question, answer
 
 
-async def conversation(session: Any, turns: int, reads: int) -> dict[str, Any]:
-    per_turn = []
+async def conversations(sessions: dict[str, Any], turns: int,
+                        reads: int) -> dict[str, dict[str, Any]]:
+    per_turn: dict[str, list[float]] = {name: [] for name in sessions}
     for turn in range(1, turns + 1):
-        start = time.perf_counter()
-        for batch in items(turn):
-            await session.add_items(batch)
-        per_turn.append(time.perf_counter() - start)
-
-    async def timed(limit: int | None) -> float:
-        times = []
-        for _ in range(reads):
+        for name, session in sessions.items():
             start = time.perf_counter()
-            got = await session.get_items(limit)
-            times.append(time.perf_counter() - start)
-        assert len(got) == (limit or 2 * turns)
-        return round(median(times) * 1000, 2)
+            for batch in items(turn):
+                await session.add_items(batch)
+            per_turn[name].append(time.perf_counter() - start)
+    timed: dict[str, dict[int | None, list[float]]] = {
+        name: {20: [], None: []} for name in sessions}
+    for _ in range(reads):
+        for limit in (20, None):
+            for name, session in sessions.items():
+                start = time.perf_counter()
+                got = await session.get_items(limit)
+                timed[name][limit].append(time.perf_counter() - start)
+                assert len(got) == (limit or 2 * turns)
+    return {name: {"early_turn_ms": round(median(per_turn[name][:EARLY]) * 1000, 2),
+                   "late_turn_ms": round(median(per_turn[name][-EARLY:]) * 1000, 2),
+                   "get_items_20_ms": round(median(timed[name][20]) * 1000, 2),
+                   "get_items_all_ms": round(median(timed[name][None]) * 1000, 2),
+                   "items": 2 * turns} for name in sessions}
 
-    return {"early_turn_ms": round(median(per_turn[:EARLY]) * 1000, 2),
-            "late_turn_ms": round(median(per_turn[-EARLY:]) * 1000, 2),
-            "get_items_20_ms": await timed(20), "get_items_all_ms": await timed(None),
-            "items": 2 * turns}
 
-
-async def sqlite(path: Path, turns: int, reads: int) -> dict[str, Any]:
+async def compare(base_url: str, database: str, sqlite_path: Path, turns: int,
+                  reads: int) -> dict[str, Any]:
     from agents import SQLiteSession
-
-    session = SQLiteSession("bench", db_path=path)
-    try:
-        return await conversation(session, turns, reads)
-    finally:
-        session.close()
-
-
-async def agentstate(base_url: str, turns: int, reads: int) -> dict[str, Any]:
+    from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
     from agentstate_client.openai_agents import AgentStateSession
 
-    async with AgentStateSession("bench/openai", base_url=base_url) as session:
-        return await conversation(session, turns, reads)
+    peer = SQLAlchemySession.from_url("bench", url=database, create_tables=True)
+    local = SQLiteSession("bench", db_path=sqlite_path)
+    async with AgentStateSession("bench/openai", base_url=base_url) as ours:
+        try:
+            return await conversations({"agentstate_over_http": ours,
+                                        "sqlalchemy_session_postgres": peer,
+                                        "sqlite_session": local}, turns, reads)
+        finally:
+            local.close()
+            await peer.engine.dispose()
 
 
 def run(turns: int, reads: int) -> dict[str, Any]:
     database = create_postgres_database()
     try:
         migrate(database)
-        with tempfile.TemporaryDirectory() as scratch:
-            results = {"turns": turns, "sqlite_session": asyncio.run(
-                sqlite(Path(scratch) / "sessions.db", turns, reads))}
-        with agentstate_server(database, workers=1) as server:
-            results["agentstate_over_http"] = asyncio.run(
-                agentstate(server.base_url, turns, reads))
-        return results
+        with tempfile.TemporaryDirectory() as scratch, \
+                agentstate_server(database, workers=1) as server:
+            return {"turns": turns, **asyncio.run(compare(
+                server.base_url, database, Path(scratch) / "sessions.db", turns, reads))}
     finally:
         drop_postgres_database(database)
 
@@ -97,7 +105,7 @@ def main() -> None:
     print(json.dumps(results, indent=2))
     print("| session | add_items per turn, turns 1-10 | last 10 turns | get_items(20) | "
           "get_items() |\n|---|---|---|---|---|")
-    for name in ("sqlite_session", "agentstate_over_http"):
+    for name in ("agentstate_over_http", "sqlalchemy_session_postgres", "sqlite_session"):
         r = results[name]
         print(f"| {name} | {r['early_turn_ms']} ms | {r['late_turn_ms']} ms | "
               f"{r['get_items_20_ms']} ms | {r['get_items_all_ms']} ms ({r['items']} items) |")

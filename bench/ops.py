@@ -1,4 +1,4 @@
-"""The operations the bench measures, written against the HTTP contract (/work/shared/API.md).
+"""The operations the bench measures, written against the HTTP contract (docs/API.md).
 
 Each connection of the load generator works on its own thread, so writes measure the server
 and the database, not contention on one row. `setup` runs before the clock starts.

@@ -1,5 +1,5 @@
 """How fast does `agentstate copy` move a database from SQLite to Postgres, and does its
-memory stay flat as the database grows? (issue 17)
+memory stay flat as the database grows?
 
 For each size (messages in the database), with `--per-thread` messages of about 300
 characters per thread:

@@ -37,8 +37,8 @@ def _baseline(results: dict[str, Any], row: dict[str, Any]) -> tuple[str, float 
 
 
 def load_table(results: dict[str, Any]) -> list[str]:
-    lines = ["| target | backend | workers | operation | req/s | p50 ms | p99 ms | server RSS MB "
-             "| server CPU | client CPU | ratio to baseline |",
+    lines = [("| target | backend | workers | operation | req/s | p50 ms | p99 ms | server RSS MB "
+             "| server CPU | client CPU | ratio to baseline |"),
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in results["load"]:
         if "failed" in row:
@@ -72,8 +72,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, float | None, float, str
                     "throughput ratio"))
     for backend, chat in results["conversation"].items():
         if "aisuite" in chat and "agentstate" in chat:
-            out.append((f"state save at turn {chat['turns']}: aisuite in-process / agentstate "
-                        f"over HTTP ({backend})",
+            out.append(((f"state save at turn {chat['turns']}: aisuite in-process / agentstate "
+                        f"over HTTP ({backend})"),
                         _ratio(chat["aisuite"]["late_ms"], chat["agentstate"]["late_ms"]), 5.0,
                         "latency ratio, medians of the last 10 turns"))
     scaling_ratios = []
@@ -93,8 +93,8 @@ def targets(results: dict[str, Any]) -> list[tuple[str, float | None, float, str
                          "agent_state_replace")]
     ratios = [r2["throughput"] / r1["throughput"] for r1, r2 in writes if r1 and r2]
     if ratios:
-        out.append(("write throughput, 2 workers / 1 worker, Postgres (geometric mean of "
-                    f"{len(ratios)} write operations)",
+        out.append((("write throughput, 2 workers / 1 worker, Postgres (geometric mean of "
+                    f"{len(ratios)} write operations)"),
                     round(prod(ratios) ** (1 / len(ratios)), 2), 1.6, "throughput ratio"))
     return out
 
@@ -105,13 +105,13 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"Command: `{results['command']}`",
         "",
-        f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory']} RAM, "
+        (f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory']} RAM, "
         f"Python {machine['python']}, PostgreSQL {pg.get('server_version', '?')} "
         f"(fsync={pg.get('fsync', '?')}, synchronous_commit={pg.get('synchronous_commit', '?')}), "
         f"commit {machine['commit']}, {machine['date']}, load average before "
-        f"{machine['loadavg'][0]:.2f}, after {machine.get('loadavg_after', [0])[0]:.2f}.",
-        f"Load: {results['connections']} keep-alive connections, {results['duration']} s per "
-        "operation; client CPU = cores the load generator used (1.0 = one full core).",
+        f"{machine['loadavg'][0]:.2f}, after {machine.get('loadavg_after', [0])[0]:.2f}."),
+        (f"Load: {results['connections']} keep-alive connections, {results['duration']} s per "
+        "operation; client CPU = cores the load generator used (1.0 = one full core)."),
         "",
         "## Throughput and latency",
         "",
@@ -137,11 +137,11 @@ def render(results: dict[str, Any]) -> str:
         lines.append("")
     if results["conversation"]:
         lines += ["## A growing conversation: one save per turn (state + 2 messages), one client",
-                  "", "Medians over the first and the last 10 turns of each of "
+                  "", ("Medians over the first and the last 10 turns of each of "
                   f"{next(iter(results['conversation'].values())).get('chats', 1)} conversations, "
-                  "their turns interleaved with aisuite's.",
-                  "", "| backend | system | turns 1-10 ms | last 10 turns ms | growth "
-                  "| load all messages ms |", "|---|---|---|---|---|---|"]
+                  "their turns interleaved with aisuite's."),
+                  "", ("| backend | system | turns 1-10 ms | last 10 turns ms | growth "
+                  "| load all messages ms |"), "|---|---|---|---|---|---|"]
         for backend, chat in results["conversation"].items():
             if "failed" in chat:
                 lines.append(f"| {backend} | failed: {chat['failed']} | | | | |")

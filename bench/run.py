@@ -25,12 +25,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy.engine import make_url  # noqa: E402
+from sqlalchemy.engine import make_url
 
-from bench import report  # noqa: E402
-from bench.conversation import conversation, scaling  # noqa: E402
-from bench.ops import SERVER_OPS  # noqa: E402
-from bench.server import (  # noqa: E402
+from bench import report
+from bench.conversation import conversation, scaling
+from bench.ops import SERVER_OPS
+from bench.server import (
     ROOT,
     Server,
     agentstate_server,
@@ -40,7 +40,7 @@ from bench.server import (  # noqa: E402
     minimal_server,
     postgres_facts,
 )
-from bench.sqlbaseline import OPS as SQL_OPS  # noqa: E402
+from bench.sqlbaseline import OPS as SQL_OPS
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -5,7 +5,7 @@ Postgres gets a fresh database per test run on the local server
 migrated with the project's own migrations. AGENTSTATE_TEST_BACKENDS=sqlite (or postgres)
 narrows the run.
 
-Two markers are enforced here, not just declared:
+Three markers are enforced here, not just declared:
 
 - `postgres_only(reason=...)`: the test checks something only Postgres has (killing a
   backend, a connection limit, advisory locks between processes), and says so in `reason`.
@@ -13,6 +13,9 @@ Two markers are enforced here, not just declared:
   skips; the test must take the backend through `database_url` (or `secured_database_url`).
 - `slow`: the test starts processes (`agentstate serve`, the CLI, any subprocess). A test
   without the mark that starts one fails, so `-m "not slow"` stays an in-process loop.
+- `direct_postgres(reason=...)`: its premise holds only with no pooler between the server
+  and Postgres; deselected when AGENTSTATE_TEST_PGBOUNCER=1 routes the fixtures' Postgres
+  databases through a PgBouncer (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -35,9 +38,28 @@ from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
 from app.main import create_app
+from tests.components import PgBouncer
 from tests.support import create_postgres_database, drop_postgres_database
 
 BACKENDS = [b for b in os.environ.get("AGENTSTATE_TEST_BACKENDS", "sqlite,postgres").split(",") if b]
+# AGENTSTATE_TEST_PGBOUNCER=1 (scripts/test sets it for its PgBouncer pass): the Postgres
+# databases of the fixtures are reached through a PgBouncer in transaction pooling, started
+# once per test process (docs/testing.md).
+PGBOUNCER = os.environ.get("AGENTSTATE_TEST_PGBOUNCER") == "1"
+if PGBOUNCER:  # what a test builds its own Settings with (right on a direct URL too)
+    os.environ["AGENTSTATE_DATABASE_POOLER"] = "transaction"
+_pgbouncer: list[PgBouncer] = []
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if PGBOUNCER and not (session.config.getoption("numprocesses", None)
+                          and not hasattr(session.config, "workerinput")):
+        _pgbouncer.append(PgBouncer().start())  # not in xdist's controller: it runs no test
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for pooler in _pgbouncer:
+        pooler.stop()
 BACKEND_FIXTURES = ("database_url", "secured_database_url")
 
 
@@ -46,6 +68,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     keep: list[pytest.Item] = []
     drop: list[pytest.Item] = []
     for item in items:
+        direct = item.get_closest_marker("direct_postgres")
+        if direct is not None and not direct.kwargs.get("reason"):
+            raise pytest.UsageError(f"{item.nodeid}: direct_postgres(reason=...) must say why")
+        if direct is not None and PGBOUNCER:
+            drop.append(item)
+            continue
         marker = item.get_closest_marker("postgres_only")
         if marker is None:
             keep.append(item)
@@ -115,7 +143,7 @@ def migrated_database(backend: str, tmp_path_factory: pytest.TempPathFactory) ->
     url = create_postgres_database()
     try:
         asyncio.run(_upgrade(url))
-        yield url
+        yield _pgbouncer[0].url(url) if _pgbouncer else url
     finally:
         drop_postgres_database(url)
 

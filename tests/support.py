@@ -24,10 +24,31 @@ ADMIN_URL = os.environ.get(
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Ports of the PgBouncers tests started (tests/components.py): a helper connection to a URL
+# through one goes to Postgres itself, whose backend pids and sessions it means.
+POOLER_PORTS: set[int] = set()
+
+
+def direct_url(url: str) -> str:
+    """`url`, or the same database on Postgres itself when `url` goes through a PgBouncer."""
+    parsed = make_url(url)
+    if parsed.port not in POOLER_PORTS:
+        return url
+    admin = make_url(ADMIN_URL)
+    return parsed.set(host=admin.host, port=admin.port).render_as_string(hide_password=False)
+
+
+def pooler_env(url: str) -> dict[str, str]:
+    """The pooler setting of a server or command on `url`: transaction pooling through a
+    PgBouncer the tests started, none otherwise (whatever the test run's default is)."""
+    pooled = url.startswith("postgresql") and make_url(url).port in POOLER_PORTS
+    return {"AGENTSTATE_DATABASE_POOLER": "transaction" if pooled else "none"}
+
+
 async def pg_connect(url: str = ADMIN_URL) -> asyncpg.Connection:
     """A plain asyncpg connection to the database of a SQLAlchemy URL (the admin database by
     default), for what a test does beside the server: hold locks, read pg_stat_activity."""
-    parsed = make_url(url)
+    parsed = make_url(direct_url(url))
     return await asyncpg.connect(host=parsed.host, port=parsed.port or 5432,
                                  user=parsed.username, password=parsed.password,
                                  database=parsed.database or "postgres")
@@ -68,12 +89,13 @@ class ServerProcess:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
-                    "AGENTSTATE_AUTO_MIGRATE": "false", **(env or {})}
+                    "AGENTSTATE_AUTO_MIGRATE": "false", **pooler_env(database_url),
+                    **(env or {})}
         self.args = args
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"agentstate-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> ServerProcess:
+    def start(self, timeout: float = 90.0) -> ServerProcess:
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), *self.args],
@@ -135,7 +157,7 @@ def agentstate(database_url: str, *args: str,
                env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the `agentstate` CLI against a database, as an operator would."""
     env = {**os.environ, "AGENTSTATE_DATABASE_URL": database_url,
-           "AGENTSTATE_AUTO_MIGRATE": "false", **(env or {})}
+           "AGENTSTATE_AUTO_MIGRATE": "false", **pooler_env(database_url), **(env or {})}
     return subprocess.run([sys.executable, "-m", "app.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 

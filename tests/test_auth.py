@@ -17,12 +17,12 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import delete, or_, select, update
 
-from app.auth.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
-from app.cli import is_loopback
 from app.core.settings import Settings
+from app.db.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
 from app.events.models import Event
 from app.http.dependencies import Reader, Writer
 from app.main import create_app
+from app.ops.listen import is_loopback
 from app.threads.models import Thread
 from tests.conftest import migrated_database
 from tests.support import (
@@ -239,7 +239,7 @@ def test_cli_changes_reach_a_running_server(tmp_path_factory: pytest.TempPathFac
             assert refused.status_code == 401 and "revoked" in refused.json()["detail"]
 
 
-def wait_for(condition, what: str, deadline: float = 60.0) -> None:  # noqa: ANN001
+def wait_for(condition, what: str, deadline: float = 60.0) -> None:
     """Poll until true; the deadline only guards against a hang, it measures nothing."""
     end = time.monotonic() + deadline
     while not condition():

@@ -202,7 +202,7 @@ async def test_every_operation_declares_the_bearer_scheme(
     spec, ops = await operations(secured_client)
     assert spec["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     for op in ops:
-        # Issue 12: the key is one alternative, `{}` the other (an open server's anonymous
+        # The key is one alternative, `{}` the other (an open server's anonymous
         # calls are valid); every /v1 operation still declares the bearer scheme.
         assert op.spec.get("security") == [{}, {"ApiKey": []}], (op.method, op.path)
         assert {"401", "403"} <= set(op.spec["responses"]), (op.method, op.path)

@@ -1,4 +1,4 @@
-"""No 500 for anything a client can send (issue 12): every input the issue lists, on both
+"""No 500 for anything a client can send: every kind of malformed or hostile input, on both
 backends, answers its declared 4xx (or 503 where the database is at fault) as
 `application/problem+json` with an `X-Request-ID`, and writes nothing (read back through the
 API and `/v1/events`). Through a real `agentstate serve`, the keep-alive connection a bad
@@ -493,7 +493,7 @@ def test_unmatched_routes_through_a_real_server(database_url: str, backend: str,
     a trailing slash 404 (no redirect built from the Host header). A request line past
     uvicorn's own parser limit (100,000 characters) never reaches the application: uvicorn
     answers 400 in plain text and closes; that is accepted here, a 5xx or a hang is not."""
-    # Any Host: an open server answers only loopback names otherwise (issue 13, rebinding).
+    # Any Host: an open server answers only loopback names otherwise (DNS rebinding).
     with ServerProcess(database_url, env={"AGENTSTATE_ALLOWED_HOSTS": "*"}) as server:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
         status, headers, _ = exchange(connection, "GET", "/v1/threads/" + "x" * 100_000)

@@ -1,4 +1,4 @@
-"""`POST /v1/batch` (issue 16): operations in one transaction, all or nothing, on SQLite and
+"""`POST /v1/batch`: operations in one transaction, all or nothing, on SQLite and
 Postgres."""
 
 from __future__ import annotations

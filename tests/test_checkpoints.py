@@ -1,4 +1,4 @@
-"""Checkpoints of graph runtimes (issue 15, "server: checkpoints"), on SQLite and Postgres,
+"""Checkpoints of graph runtimes, on SQLite and Postgres,
 through HTTP."""
 
 from __future__ import annotations

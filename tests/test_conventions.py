@@ -17,8 +17,13 @@ SLICES = sorted(p.name for p in APP.iterdir()
 
 
 def imports(path: Path) -> set[str]:
+    return source_imports(path.read_text())
+
+
+def source_imports(source: str) -> set[str]:
+    """Every module (and `module.name`) the source imports, at the top or inside a function."""
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -77,9 +82,7 @@ def test_sql_lives_in_repositories() -> None:
     the aggregate and the shared layers use no SQL construct."""
     for path in APP.rglob("*.py"):
         relative = path.relative_to(APP)
-        if (path.name in ("repository.py", "models.py") or relative.parts[0] == "db"
-                or relative == Path("auth/tenancy.py")  # the guard inspects compiled SQL
-                or relative == Path("cli.py")):
+        if path.name in ("repository.py", "models.py") or relative.parts[0] == "db":
             continue
         for name in imports(path):
             assert not name.startswith(("sqlalchemy.sql", "sqlalchemy.dialects",
@@ -87,11 +90,84 @@ def test_sql_lives_in_repositories() -> None:
         assert imported_names(path, "sqlalchemy") <= {"event"}, path
 
 
+def table_aliases(source: str) -> list[tuple[str, str]]:
+    """(alias, model) of each module-level `alias = table(Model)` (tuples too)."""
+    found = []
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+            continue
+        target, value = node.targets[0], node.value
+        pairs = (zip(target.elts, value.elts, strict=False)
+                 if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+                 else [(target, value)])
+        for name, call in pairs:
+            if (isinstance(name, ast.Name) and isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name) and call.func.id == "table"
+                    and call.args and isinstance(call.args[0], ast.Name)):
+                found.append((name.id, call.args[0].id))
+    return found
+
+
+def test_a_table_alias_means_one_table_everywhere() -> None:
+    """`c` was a checkpoint in one repository and a compaction in another: each alias names
+    one table in every module (the register is in docs/CONVENTIONS.md), and each table has
+    one alias."""
+    seen: dict[str, set[str]] = {}
+    for path in APP.rglob("*.py"):
+        for alias, model in table_aliases(path.read_text()):
+            seen.setdefault(alias, set()).add(model)
+    assert {"t", "m", "c", "cp"} <= set(seen), seen
+    assert all(len(models) == 1 for models in seen.values()), seen
+    models = [next(iter(models)) for models in seen.values()]
+    assert len(models) == len(set(models)), f"a table with two aliases: {seen}"
+    assert table_aliases("t, e = table(Thread), table(Event)\n") == [("t", "Thread"),
+                                                                      ("e", "Event")]
+
+
 def test_repositories_return_facts_and_services_decide_errors() -> None:
     for path in APP.glob("*/repository.py"):
         for name in imports(path):
             assert not name.endswith((".errors", "errors.AppError")) \
                 and not name.startswith("app.core.errors"), f"{path} imports {name}"
+
+
+# The layers point one way: core <- db <- the slices, http and the composition roots
+# (docs/ARCHITECTURE.md). A layer imports, from the app, only itself and the layers listed.
+LAYER_IMPORTS = {"core": set(), "db": {"core"}}
+# The model registry (app/db/models.py) imports every slice's tables, so that Base.metadata is
+# complete: the one import from a slice the db layer makes.
+MODEL_REGISTRY = APP / "db" / "models.py"
+
+
+def layer_violations(layer: str, path: Path, source: str) -> list[str]:
+    allowed = {layer, *LAYER_IMPORTS[layer]}
+    found = []
+    for name in source_imports(source):
+        parts = name.split(".")
+        if parts[0] != "app" or len(parts) < 2 or parts[1] in allowed:
+            continue
+        if path == MODEL_REGISTRY and parts[2:3] == ["models"]:
+            continue
+        found.append(f"{path.relative_to(ROOT)} imports {name}: {layer} may import only "
+                     f"{', '.join(sorted(allowed))}")
+    return found
+
+
+def test_layers_point_one_way() -> None:
+    for layer in LAYER_IMPORTS:
+        for path in (APP / layer).rglob("*.py"):
+            assert not layer_violations(layer, path, path.read_text())
+
+
+def test_the_layer_rule_sees_lazy_and_aliased_imports() -> None:
+    """What the rule above would miss if it only read top-level `from` imports."""
+    core, db = APP / "core" / "x.py", APP / "db" / "x.py"
+    assert layer_violations("core", core, "def f():\n    from app.db.engine import x\n")
+    assert layer_violations("core", core, "import app.auth.principal as p\n")
+    assert layer_violations("db", db, "from app.auth import tenancy\n")
+    assert layer_violations("db", db, "from app.threads.models import Thread\n")
+    assert not layer_violations("db", MODEL_REGISTRY, "from app.threads.models import Thread\n")
+    assert not layer_violations("db", db, "from app.core.settings import Settings\n")
 
 
 def test_core_knows_nothing_of_fastapi() -> None:
@@ -133,12 +209,14 @@ def test_every_dependency_is_async() -> None:
 
 
 def test_only_the_request_dependency_commits() -> None:
-    # Requests commit in app/http/dependencies.py; the CLI's maintenance commands own theirs
-    # (import and copy commit a thread at a time).
-    allowed = {APP / "http" / "dependencies.py", APP / "cli.py",
-               APP / "portability" / "service.py"}
+    # Requests commit in app/http/dependencies.py; the CLI's maintenance commands (each
+    # package's commands.py) own theirs, and import (which copy runs) commits a thread at a
+    # time; the feed's sequencer call is a transaction of its own, which through a transaction
+    # pooler a read connection commits at once.
+    allowed = {APP / "http" / "dependencies.py", APP / "portability" / "importer.py",
+               APP / "events" / "repository.py"}
     for path in APP.rglob("*.py"):
-        if path not in allowed:
+        if path not in allowed and path.name != "commands.py":
             assert ".commit(" not in path.read_text(), f"{path} commits; services only execute"
 
 

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from app.cli import build_parser
 from app.core.settings import Settings
@@ -31,6 +32,8 @@ CONTAINERFILE = ROOT / "Containerfile"
 SERVICES = {
     "agentstate.service", "agentstate-db.service", "agentstate-migrate.service",
     "agentstate-network.service", "agentstate-db-volume.service",
+    # deploy/scaled/ (Quadlet reads unit directories recursively): tests/test_deploy_scaled.py
+    "agentstate-pgbouncer.service", "agentstate-api@.service",
 }
 SECRETS = {"agentstate-db-password", "agentstate-database-url", "agentstate-secret-keys"}
 
@@ -77,8 +80,8 @@ def option(argv: list[str], name: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def quadlet() -> Path:
-    result = subprocess.run([str(ROOT / "scripts" / "fetch-tools")], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, timeout=900)
+    result = subprocess.run([str(ROOT / "scripts" / "fetch-tools")], capture_output=True,
+                            text=True, timeout=900)
     if result.returncode != 0:
         pytest.fail("scripts/fetch-tools could not fetch podman 5's quadlet from the Debian "
                     "archive, so the Quadlet units cannot be validated (is the apt mirror "
@@ -97,7 +100,7 @@ def generated(quadlet: Path) -> dict[str, Unit]:
     """The services Quadlet generates for a rootless user (the README's setup)."""
     result = generate(quadlet, "-user")
     assert result.returncode == 0, result.stderr
-    chunks = re.split(r"^---(\S+)---$", result.stdout, flags=re.M)
+    chunks = re.split(r"^---(\S+)---$", result.stdout, flags=re.MULTILINE)
     return {name: parse_unit(text) for name, text in zip(chunks[1::2], chunks[2::2], strict=True)}
 
 
@@ -109,13 +112,13 @@ def test_quadlet_accepts_every_unit_without_a_warning(quadlet: Path, mode: str) 
     complaints = [line for line in result.stderr.splitlines()
                   if "Loading source unit file" not in line]
     assert complaints == []
-    assert set(re.findall(r"^---(\S+)---$", result.stdout, flags=re.M)) == SERVICES
+    assert set(re.findall(r"^---(\S+)---$", result.stdout, flags=re.MULTILINE)) == SERVICES
 
 
 @pytest.mark.slow
 def test_every_unit_file_generates_its_service(generated: dict[str, Unit]) -> None:
     assert set(generated) == SERVICES
-    for name, unit in source_units().items():
+    for name in source_units():
         stem, kind = name.rsplit(".", 1)
         service = f"{stem}.service" if kind == "container" else f"{stem}-{kind}.service"
         assert generated[service]["Unit"]["SourcePath"][0].endswith(f"/deploy/{name}")
@@ -203,7 +206,7 @@ def test_health_check_is_readiness_and_runs(generated: dict[str, Unit], database
 
     with ServerProcess(database_url) as ready:
         assert check(ready) == 0
-    # A server refuses to start on a schema behind head (issue 13), so the schema is rolled
+    # A server refuses to start on a schema behind head, so the schema is rolled
     # back under a running one.
     behind = f"sqlite+aiosqlite:///{tmp_path / 'behind.db'}"
     assert subprocess.run([sys.executable, "-m", "app.cli", "migrate"], cwd=ROOT,
@@ -248,7 +251,7 @@ def test_generated_services_use_only_keys_systemd_knows(quadlet: Path, tmp_path:
 
 
 def test_no_secret_travels_in_plain_environment() -> None:
-    looks_secret = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|DATABASE_URL", re.I)
+    looks_secret = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY|DATABASE_URL", re.IGNORECASE)
     for name, unit in source_units().items():
         for assignment in unit.get("Container", {}).get("Environment", []):
             key, _, value = assignment.partition("=")
@@ -276,7 +279,8 @@ def test_the_readme_runs_only_commands_the_cli_has() -> None:
     import argparse
 
     readme = (DEPLOY / "README.md").read_text()
-    script = re.sub(r"\\\n\s*", " ", "\n".join(re.findall(r"```sh\n(.*?)```", readme, flags=re.S)))
+    script = re.sub(r"\\\n\s*", " ", "\n".join(re.findall(r"```sh\n(.*?)```", readme,
+                                                         flags=re.DOTALL)))
     commands = re.findall(r"(?:podman run [^|\n]*?localhost/agentstate:latest|"
                           r"podman exec agentstate agentstate) ([^|#\n]+)", script)
     assert commands
@@ -427,6 +431,9 @@ def test_the_image_installs_the_locked_dependencies_with_hashes() -> None:
     for requirement in declared:
         name = re.split(r"[\[<>=!~ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
         assert name in pins, f"{name} is not in requirements.lock: regenerate it"
+        # The lock stays inside pyproject's bounds (sqlalchemy's is tight: app/db/direct.py).
+        assert Requirement(requirement).specifier.contains(pins[name]), (
+            f"requirements.lock pins {name}=={pins[name]}, outside {requirement!r}")
     for block in re.split(r"\n(?=[a-z])", LOCK.read_text().split("\n", 2)[2]):
         assert "--hash=sha256:" in block, block.splitlines()[0]
     build, _final = containerfile_stages()

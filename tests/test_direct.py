@@ -4,11 +4,15 @@ SQLAlchemy's path answers.
 The rest of the suite proves the behaviour of those writes on Postgres (concurrency, faults,
 timeouts, all-or-nothing batches); here, that the direct path is the one taken (it leans on
 private members of SQLAlchemy's asyncpg adapter, and falls back to SQLAlchemy's path if a
-release renames them: this test then says so) and that its rows equal SQLAlchemy's.
+release renames them: this test then says so, and so does the server's start-up log) and that
+its rows equal SQLAlchemy's.
 """
 
 from __future__ import annotations
 
+import os
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,9 +20,10 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
 
-from app.auth.principal import OPEN_TENANT
+from app.core.principal import OPEN_TENANT
 from app.db import direct
 from app.threads.repository import _get
+from tests.support import ROOT, ServerProcess
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
     reason="the direct path is asyncpg's; elsewhere it is SQLAlchemy's execute")]
@@ -77,3 +82,40 @@ async def test_its_rows_are_sqlalchemys(app: FastAPI, client: httpx.AsyncClient,
         assert await direct.first(connection, _get(None, "all"),
                                   {"tenant": OPEN_TENANT, "thread": f"no-{uid}"}) is None
         await connection.rollback()
+
+
+# What app.db.direct sees, at import, of a SQLAlchemy release whose asyncpg adapter renamed the
+# private members it uses (SQLAlchemy itself keeps its own class).
+STAND_IN = """
+import sys
+sys.path.insert(0, {root!r})
+import sqlalchemy.dialects.postgresql.asyncpg as dialect
+real = dialect.AsyncAdapt_asyncpg_connection
+dialect.AsyncAdapt_asyncpg_connection = type("AsyncAdapt_asyncpg_connection", (), {{}})
+import app.db.direct
+dialect.AsyncAdapt_asyncpg_connection = real
+"""
+
+
+@pytest.mark.slow
+def test_a_sqlalchemy_without_the_adapter_members_falls_back_and_says_so_at_start(
+    database_url: str, tmp_path: Path, uid: str
+) -> None:
+    with ServerProcess(database_url) as server:
+        created = httpx.post(f"{server.base_url}/v1/threads", json={"thread_id": uid})
+        assert created.status_code == 201, created.text
+    assert "direct write path" not in server.logs()
+    (tmp_path / "sitecustomize.py").write_text(STAND_IN.format(root=str(ROOT)))
+    path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    with ServerProcess(database_url, env={"PYTHONPATH": path}) as server:
+        appended = httpx.post(f"{server.base_url}/v1/threads/{uid}/messages",
+                              json={"role": "user", "content": "hi"})
+        assert appended.status_code == 201, appended.text  # SQLAlchemy's path still serves
+    said = [line for line in server.logs().splitlines() if "direct write path is off" in line]
+    assert len(said) == 1, server.logs()
+    assert "asyncpg adapter has no _transaction, _start_transaction, _handle_exception" in said[0]
+    assert '"level": "warning"' in said[0], said[0]
+    # It names the bound pyproject.toml declares (a bound moved without it fails here).
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    bound = next(d for d in declared if d.startswith("sqlalchemy")).partition("]")[2]
+    assert f"(sqlalchemy{bound})" in said[0], said[0]

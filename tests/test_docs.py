@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 
+import httpx
 import pytest
 
 from app.core.settings import Settings
@@ -14,11 +15,32 @@ README = (ROOT / "README.md").read_text()
 
 
 def fenced(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.S)
+    return re.findall(rf"```{lang}\n(.*?)```", README, flags=re.DOTALL)
+
+
+# Commands a shell finds only with the venv active, or in an environment nobody named.
+VENV_ONLY = {"agentstate", "pip", "pip3", "python", "st", "alembic", "pytest", "mypy", "ruff"}
+
+
+def test_every_command_runs_from_the_repository_root() -> None:
+    """After the first command (which makes .venv), every command the README shows, in a
+    block or inline, is paste-able from the repository root: the CLI, pip and python are
+    `.venv/bin/...`, never a bare `agentstate` (not found unless the venv is active) or a
+    `pip` of some other environment."""
+    inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", README, flags=re.DOTALL))
+    commands = []
+    for snippet in [*fenced("sh"), *inline]:
+        for line in snippet.splitlines():
+            line = re.sub(r"(^|\s)#.*", "", line)  # a comment
+            commands += [part.split() for part in re.split(r"&&|\|\||;|\|", line)]
+    bare = [" ".join(words) for words in commands if words and (
+        words[0] in VENV_ONLY or (words[0] == "python3" and words[1:3] != ["-m", "venv"]))]
+    assert not bare, bare
+    assert any(words[:1] == [".venv/bin/agentstate"] for words in commands)
 
 
 def test_settings_table_lists_every_setting() -> None:
-    documented = set(re.findall(r"^\| `AGENTSTATE_([A-Z_]+)` \|", README, flags=re.M))
+    documented = set(re.findall(r"^\| `AGENTSTATE_([A-Z_]+)` \|", README, flags=re.MULTILINE))
     assert documented == {name.upper() for name in Settings.model_fields}
 
 
@@ -31,7 +53,7 @@ def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str)
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
                                 text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    statuses = re.findall(r"^HTTP/1.1 (\d{3})", result.stdout, flags=re.M)
+    statuses = re.findall(r"^HTTP/1.1 (\d{3})", result.stdout, flags=re.MULTILINE)
     assert statuses == ["201", "200", "412", "428", "200", "304"], result.stdout
     assert '"code":"revision_mismatch","current_revision":2' in result.stdout
     assert '"state":{"agent":"planner","step":3}' in result.stdout
@@ -59,3 +81,20 @@ def test_messages_agent_states_and_audit_examples_run_as_pasted(database_url: st
     assert '"secrets":{"session_token":"tok-123"}' in out  # open mode holds every scope
     for event in ("thread.created", "agent_state.created", "agent_state.updated"):
         assert f'"type":"{event}"' in out
+
+
+@pytest.mark.slow
+def test_the_event_stream_line_streams_as_pasted(database_url: str, uid: str) -> None:
+    """`curl -N .../v1/events/stream`: curl sends `Accept: */*`, which takes the stream (it
+    answered 406). The stream never ends; the line runs until its timeout here."""
+    line = next(block for block in fenced("sh") if "/v1/events/stream" in block)
+    with ServerProcess(database_url) as server:
+        made = httpx.put(f"{server.base_url}/v1/threads/streamed-{uid}", json={"state": {}},
+                         headers={"If-None-Match": "*"})
+        assert made.status_code == 201, made.text
+        script = line.replace("localhost:8080", f"127.0.0.1:{server.port}")
+        result = subprocess.run(["timeout", "3", "bash", "-c", script], capture_output=True,
+                                text=True, timeout=60, check=False)
+    assert result.returncode == 124, (result.returncode, result.stderr)  # cut by timeout
+    assert result.stdout.startswith("retry: 1000\n"), result.stdout
+    assert f'"resource":"/v1/threads/streamed-{uid}"' in result.stdout, result.stdout

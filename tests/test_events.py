@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import re
 from collections.abc import AsyncIterator
@@ -43,7 +44,7 @@ async def test_one_event_per_committed_change_none_for_failures(
         ("PATCH", m, {"json": {"state": {"up": True}}, "headers": {"If-Match": '"1"'}}, 200),
         # Fails after its row is locked and judged (keeps a secret it does not have): rolled
         # back, no event. (Was "no key for secrets", a 500; on SQLite a key is now always
-        # there, and on Postgres it is a 503: issue 13.)
+        # there, and on Postgres it is a 503.)
         ("PATCH", m, {"json": {"secrets": {"t": "***"}}, "headers": {"If-Match": '"2"'}}, 422),
         ("DELETE", m, {"headers": {"If-Match": '"2"'}}, 204),
         ("PUT", f"/v1/threads/{t}/agents/b/state", {"json": {"state": {}}}, 201),
@@ -175,7 +176,7 @@ async def test_poller_sees_every_event_once_under_concurrent_writers(
 
     assert len(truth) == WRITERS * (WRITES + 1), "one thread.created per thread, one per state"
     seqs = [e["seq"] for e in seen]
-    assert all(a < b for a, b in zip(seqs, seqs[1:])), "strictly increasing, never repeated"
+    assert all(a < b for a, b in itertools.pairwise(seqs)), "strictly increasing, never repeated"
     assert seen == truth, "the poller saw exactly the log"
 
 
@@ -186,7 +187,7 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
     lock) and a poller sees B's event at once; A's, committed later, is numbered after B's,
     so the poller's cursor (now past B) still gets it: events come in commit order and a late
     commit is never skipped. (SQLite serialises writers: B cannot begin before A commits.)"""
-    from app.auth.principal import ANONYMOUS, OPEN_TENANT, Principal
+    from app.core.principal import ANONYMOUS, OPEN_TENANT, Principal
     from app.db.unit import UnitOfWork
     from app.events.repository import EventRepository
 
@@ -363,8 +364,42 @@ async def test_long_poll_answers_with_the_event_or_the_same_cursor(
     bad = await client.get("/v1/events/stream", params={"cursor": "nope"},
                            headers={"Accept": "text/event-stream"})
     assert bad.status_code == 400 and bad.json()["code"] == "invalid_cursor"
-    unasked = await client.get("/v1/events/stream")
-    assert unasked.status_code == 406 and unasked.json()["code"] == "not_acceptable"
+
+
+@pytest.mark.parametrize("accept", [
+    "application/json", "text/event-stream;q=0", "*/*, text/event-stream;q=0",
+    "text/*;q=0, */*", "*/*;q=0", "text/html, application/problem+json"])
+async def test_the_stream_is_refused_only_to_a_client_that_excludes_it(
+        client: httpx.AsyncClient, accept: str) -> None:
+    """406 when Accept lists only other types or gives text/event-stream (or the range that
+    covers it most closely) q=0 (RFC 9110 section 12.5.1). What it accepts is a stream that
+    never ends, so it is read from a real server (the next test)."""
+    refused = await client.get("/v1/events/stream", headers={"Accept": accept})
+    assert refused.status_code == 406, refused.text
+    assert refused.json()["code"] == "not_acceptable"
+    assert "Accept: text/event-stream" in refused.json()["detail"]
+
+
+@pytest.mark.slow
+def test_httpx_curl_and_eventsource_get_the_stream(database_url: str) -> None:
+    """`*/*` (curl, httpx), `text/*`, no Accept at all and EventSource's
+    `text/event-stream` all get the stream, its first line `retry:` (curl: the README's
+    `curl -N` line, tests/test_docs.py)."""
+    with ServerProcess(database_url) as server, httpx.Client(base_url=server.base_url,
+                                                             timeout=30) as http:
+        for accept in ("*/*", "text/*", None, "", "text/event-stream",
+                       "application/json;q=0.9, */*;q=0.1", "TEXT/Event-Stream"):
+            request = http.build_request("GET", "/v1/events/stream")
+            del request.headers["accept"]
+            if accept is not None:
+                request.headers["accept"] = accept
+            response = http.send(request, stream=True)
+            try:
+                assert response.status_code == 200, (accept, response.read())
+                assert response.headers["content-type"].startswith("text/event-stream")
+                assert next(response.iter_lines()) == "retry: 1000", accept
+            finally:
+                response.close()
 
 
 async def test_cursors_from_before_the_per_tenant_feed_still_work(

@@ -1,4 +1,4 @@
-"""HTTP semantics (RFC 9110, RFC 5789) that issue 12 asks for, on both backends.
+"""HTTP semantics (RFC 9110, RFC 5789) every path keeps, on both backends.
 
 - HEAD, OPTIONS and the `Allow` of a 405 are checked on every path of the application: the
   paths come from the app's routes (through its OpenAPI document, plus the routes the document

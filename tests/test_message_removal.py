@@ -1,4 +1,4 @@
-"""Issue 16, server side: opaque items, any role, removal (pop, trim, by id), redaction,
+"""Opaque items, any role, removal (pop, trim, by id), redaction,
 `created_after` and threads by activity, on SQLite and Postgres."""
 
 from __future__ import annotations

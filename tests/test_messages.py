@@ -123,7 +123,7 @@ async def test_openai_fields_and_content_parts_round_trip_exactly(client: httpx.
     ({"messages": [{"role": "user"}, {"role": "user", "extra": 1}]}, "/messages/1/extra",
      "unknown_field"),
     ({"messages": [{"role": "user"}], "other": 1}, "/other", "unknown_field"),
-    # Any short name is a role (issue 16); an empty, long or control-character one is not.
+    # Any short name is a role; an empty, long or control-character one is not.
     ({"role": ""}, "/role", "validation_failed"),
     ({"role": "r" * 65}, "/role", "validation_failed"),
     ({"role": "robot\n"}, "/role", "validation_failed"),

@@ -1,4 +1,4 @@
-"""The OpenAPI document is complete enough for the clients our users generate (issue 12).
+"""The OpenAPI document is complete enough for the clients our users generate.
 
 Read from the live `/openapi.json`, operation by operation, so a new endpoint is held to the
 same rules: stable readable operationIds; every error status declared with the Problem schema
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from html.parser import HTMLParser
+from importlib import metadata
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -68,7 +69,7 @@ OPERATION_IDS = {
     ("patch", "/v1/mcp-servers/{server_name}"): "patchMcpServer",
     ("delete", "/v1/mcp-servers/{server_name}"): "deleteMcpServer",
     ("get", "/v1/events"): "listEvents",
-    # Issue 16.
+    # Message removal.
     ("post", "/v1/threads/{thread_id}/messages:remove"): "removeMessages",
     ("delete", "/v1/threads/{thread_id}/messages/{message_id}"): "deleteMessage",
     ("patch", "/v1/threads/{thread_id}/messages/{message_id}"): "redactMessage",
@@ -80,6 +81,11 @@ OPERATION_IDS = {
     ("post", "/v1/threads/{thread_id}/checkpoints/prune"): "pruneCheckpoints",
     ("post", "/v1/threads/{thread_id}/checkpoints/copy"): "copyCheckpoints",
     ("get", "/v1/threads/{thread_id}/checkpoints/latest"): "getLatestCheckpoint",
+    ("post", "/v1/threads/{thread_id}/checkpoints/batch"): "batchCheckpoints",
+    ("get", "/v1/threads/{thread_id}/checkpoints/latest/delta-history"):
+        "getLatestDeltaHistory",
+    ("get", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/delta-history"):
+        "getDeltaHistory",
     ("post", "/v1/threads/{thread_id}/checkpoints/items"): "getCheckpointItems",
     ("get", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}"): "getCheckpoint",
     ("post", "/v1/threads/{thread_id}/checkpoints/{checkpoint_id}/writes"):
@@ -226,6 +232,22 @@ async def test_header_parameters_are_spelled_one_way(spec: dict[str, Any], metho
             assert any("pattern" in schema for schema in schemas), parameter
 
 
+def admits_null(schema: dict[str, Any]) -> bool:
+    return (schema.get("type") == "null" or "null" in (schema.get("type") or [])
+            or any(admits_null(branch) for branch in schema.get("anyOf", [])))
+
+
+@pytest.mark.parametrize("method, path", OPERATIONS, ids=OP_IDS)
+async def test_query_and_header_parameters_admit_no_null(
+        spec: dict[str, Any], method: str, path: str, request: pytest.FixtureRequest) -> None:
+    """A query string or a header has no null (an absent parameter is the None), so a schema
+    with a null branch says what no request can send, and a fuzzer reads its other branches
+    as a type check the server does not make: `?thread_id=false` is the thread "false"."""
+    for parameter in op(spec, method, path).get("parameters", []):
+        if parameter["in"] in ("query", "header"):
+            assert not admits_null(parameter["schema"]), parameter
+
+
 @pytest.mark.parametrize("method, path", [o for o in OPERATIONS if takes_keys(o[1])],
                          ids=[i for i, o in zip(OP_IDS, OPERATIONS, strict=True)
                               if takes_keys(o[1])])
@@ -235,6 +257,13 @@ async def test_security_lets_anonymous_calls_validate(spec: dict[str, Any], meth
     """An open server answers calls without a key: `{}` must be one of the alternatives."""
     security = op(spec, method, path).get("security", spec.get("security"))
     assert {} in security and {"ApiKey": []} in security, security
+
+
+async def test_the_version_is_the_installed_packages(spec: dict[str, Any],
+                                                     request: pytest.FixtureRequest) -> None:
+    """One source of truth: the package metadata, which `agentstate --version` prints too
+    (tests/test_startup.py)."""
+    assert spec["info"]["version"] == metadata.version("agentstate")
 
 
 async def test_tags_are_described(spec: dict[str, Any], request: pytest.FixtureRequest) -> None:

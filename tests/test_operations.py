@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 
 import httpx
 import pytest
@@ -74,6 +75,35 @@ async def test_metrics(client: httpx.AsyncClient, uid: str) -> None:
     assert "agentstate_http_request_duration_seconds_bucket" in text
     assert 'agentstate_precondition_failures_total{route="/v1/threads/{thread_id}"}' in text
     assert "agentstate_db_pool_in_use" in text
+
+
+def concrete(path: str) -> str:
+    """An OpenAPI path with its parameters filled in (`checkpoint_id` is not a reserved word)."""
+    return re.sub(r"\{[a-z_]+\}", lambda m: "1" if m.group() == "{revision}" else "x", path)
+
+
+async def test_metrics_route_labels_are_the_openapi_paths(client: httpx.AsyncClient) -> None:
+    """Every operation, HEAD of every GET, /docs and /openapi.json is counted under its
+    route's path as the OpenAPI document writes it; "unmatched" for a path no route has.
+    (HEAD and the documentation pages were "unmatched", and one checkpoint route was
+    labelled `{checkpoint_id:checkpoint_id}`.)"""
+    spec = (await client.get("/openapi.json")).json()
+    expected = {("GET", "/openapi.json")}
+    for path, item in spec["paths"].items():
+        for method in item:
+            expected.add((method.upper(), path))
+            await client.request(method.upper(), concrete(path))
+            if method == "get" and path != "/v1/events/stream":  # a stream never ends
+                expected.add(("HEAD", path))
+                await client.head(concrete(path))
+    for path, template in (("/docs", "/docs"), ("/docs/assets/favicon.png",
+                                                 "/docs/assets/{name}"), ("/nowhere", "unmatched")):
+        await client.get(path)
+        expected.add(("GET", template))
+    text = (await client.get("/metrics")).text
+    labelled = set(re.findall(r'^agentstate_http_requests_total\{method="([A-Z]+)",'
+                              r'route="([^"]+)"', text, flags=re.MULTILINE))
+    assert labelled == expected, (sorted(labelled - expected), sorted(expected - labelled))
 
 
 # Resources under section 2's rules, where a write without a precondition answers 428.
@@ -147,8 +177,10 @@ async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) 
     proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
     await proxy.start()
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    # No cache of what was read about API keys: every request looks them up, the writes'
+    # in the body-limit middleware before any exception handler.
     app = create_app(Settings(database_url=proxied, pool_timeout=2, connect_timeout=2,
-                              _env_file=None))  # type: ignore[call-arg]
+                              auth_cache_seconds=0, _env_file=None))  # type: ignore[call-arg]
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://t") as client:
@@ -160,9 +192,16 @@ async def test_database_outage_is_503_and_recovers(database_url: str, uid: str) 
             assert down.json()["code"] == "database_unavailable"
             assert int(down.headers["retry-after"]) >= 1
             assert (await client.get("/readyz")).status_code == 503
-            write = await client.put(f"/v1/threads/{uid}", json={"state": {}},
-                                     headers={"If-Match": '"1"'})
-            assert write.status_code == 503
+            for write in (
+                    await client.put(f"/v1/threads/{uid}", json={"state": {}},
+                                     headers={"If-Match": '"1"'}),
+                    await client.post(f"/v1/threads/{uid}/messages",
+                                      json={"role": "user", "content": "hi"}),
+                    await client.post("/v1/batch", json={"operations": [
+                        {"op": "thread.patch", "thread_id": uid, "if_match": "*",
+                         "body": {"state": {}}}]})):
+                assert write.status_code == 503, write.text
+                assert int(write.headers["retry-after"]) >= 1
 
             await proxy.start()  # same port: the database is back
             back = await client.get(f"/v1/threads/{uid}")

@@ -1,4 +1,4 @@
-"""Outages a running server must name and bound (issue 13): a network partition to Postgres,
+"""Outages a running server must name and bound: a network partition to Postgres,
 a full disk and a read-only database on SQLite. Real `agentstate serve` processes."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -191,3 +192,44 @@ def test_a_read_only_database_is_named(tmp_path: Path) -> None:
         ready = httpx.get(f"{server.base_url}/readyz", timeout=30)
         assert ready.status_code == 503 and ready.json()["cause"] == "read_only"
     assert "is read-only" in server.logs()
+
+
+# The slack a loaded machine may add to a bound (scheduling, a process's start of work).
+SLACK = 1.5
+
+
+def test_readyz_answers_within_the_database_timeout_while_postgres_stalls(postgres: str) -> None:
+    """Postgres stalls with TCP up (a cut mid-query: nothing is forwarded, nothing closed):
+    every probe, one after another and several at once, answers 503 within
+    AGENTSTATE_DATABASE_TIMEOUT, the bound docs/operations.md gives, connect, pool checkout,
+    ping and query included. It took up to twice that: the probe was cancelled at the bound,
+    then waited for its connection's rollback on the stalled socket."""
+    timeout = 2.0
+    parsed = make_url(postgres)
+    partition = Partition(parsed.host or "127.0.0.1", parsed.port or 5432)
+    proxied = parsed.set(host="127.0.0.1", port=partition.port).render_as_string(
+        hide_password=False)
+    env = {"AGENTSTATE_DATABASE_TIMEOUT": f"{timeout:g}", "AGENTSTATE_LOG_FORMAT": "text"}
+
+    def probe(base_url: str) -> tuple[float, httpx.Response]:
+        started = time.monotonic()
+        answer = httpx.get(f"{base_url}/readyz", timeout=60)
+        return time.monotonic() - started, answer
+
+    try:
+        with ServerProcess(proxied, env=env) as server:
+            assert probe(server.base_url)[1].status_code == 200
+            partition.cut()
+            answers = [probe(server.base_url) for _ in range(3)]
+            with ThreadPoolExecutor(4) as pool:
+                answers += list(pool.map(probe, [server.base_url] * 4))
+            answers.append(probe(server.base_url))
+            took = sorted(round(seconds, 2) for seconds, _ in answers)
+            for _, answer in answers:
+                assert answer.status_code == 503, answer.text
+                assert answer.json()["cause"] in ("database_timeout", "database_unavailable")
+                assert int(answer.headers["retry-after"]) >= 1
+            assert took[-1] <= timeout + SLACK, took
+        assert "Traceback" not in server.logs()
+    finally:
+        partition.close()

@@ -1,4 +1,4 @@
-"""libpq URL parameters become asyncpg's arguments (app/db/pgurl.py); unknown ones are refused.
+"""libpq URL parameters become asyncpg's arguments (app/core/pgurl.py); unknown ones are refused.
 
 The connection itself is proven in tests/test_startup.py (a real server on such a URL); here,
 what each parameter turns into, including TLS, which the test Postgres does not offer.
@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
+from app.core.pgurl import translate
 from app.core.settings import Settings, describe_settings_error
-from app.db.pgurl import translate
 
 
 def args_of(query: str) -> tuple[dict, dict]:

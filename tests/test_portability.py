@@ -1,9 +1,9 @@
-"""Issue 17: the export format, import, copy and backup, through the CLI and the HTTP API, on
+"""The export format, import, copy and backup, through the CLI and the HTTP API, on
 real SQLite and real Postgres.
 
 The CLI runs in-process here (`app.cli.main` in a worker thread, its own event loop); the
 tests that run it as a separate process (kill -9 mid-copy, a backup under a live server) are
-in tests/test_portability_processes.py and marked slow.
+in tests/test_copy_resumes_and_backup_runs_live.py and marked slow.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -442,7 +443,7 @@ async def test_import_refuses_a_line_the_api_would_refuse(
         database_url: str, client: httpx.AsyncClient, tmp_path: Path, uid: str) -> None:
     """The line number and the field; nothing of that thread; the others go in."""
     good = thread_records(f"good-{uid}", messages=[{}, {}])
-    # Any short name is a role (issue 16): a 65-character one is not.
+    # Any short name is a role: a 65-character one is not.
     bad = thread_records(f"bad-{uid}", messages=[{}, {"role": "w" * 65}, {}])
     odd = thread_records(f"odd-{uid}", messages=[{"tool_call_id": "c1"}])  # a user's tool id
     text = export_text(bad, good, odd)
@@ -638,3 +639,23 @@ async def test_imported_message_times_read_alike_in_pages_and_single_reads(
         assert single == message
     included = (await client.get(f"/v1/threads/{uid}", params={"include": "messages"})).json()
     assert [message["created_at"] for message in included["messages"]] == times
+
+
+async def test_the_progress_bar_shows_the_rate(tmp_path: Path, uid: str) -> None:
+    """export, import and copy end with their bar's last state on stderr (not a terminal
+    here): rows done and rows per second, for a run shorter than one update batch too."""
+    source = await migrated(f"sqlite+aiosqlite:///{tmp_path / 'source.db'}")
+    target = f"sqlite+aiosqlite:///{tmp_path / 'target.db'}"
+    rate = re.compile(r"(?m)^(export|import|copy) .* (\d[\d,]*) rows/s ")
+    for messages in (2, 1200):  # fewer rows than one batch of updates, and many batches
+        text = export_text(thread_records(f"t{messages}-{uid}", messages=[{}] * messages))
+        code, err = await import_text(source, tmp_path, text)
+        assert code == 0, err
+        code, _, copied = await cli(source, "copy", "--from", source, "--to", target)
+        assert code == 0, copied
+        code, _, exported = await cli(source, "export", "-o", str(tmp_path / "out.jsonl"))
+        assert code == 0, exported
+        for out, command in ((err, "import"), (copied, "copy"), (exported, "export")):
+            found = rate.search(out)
+            assert found is not None and found.group(1) == command, out
+            assert int(found.group(2).replace(",", "")) > 0 and "- rows/s" not in out, out

@@ -1,4 +1,4 @@
-"""A safe posture by default (issue 13): Host names, file modes, logs without values,
+"""A safe posture by default: Host names, file modes, logs without values,
 secrets that work on SQLite and cannot be half-configured, HTTP limits.
 
 Every test starts a real `agentstate serve` (or the CLI) on a database of its own.
@@ -131,11 +131,12 @@ def test_keys_that_cannot_open_the_stored_secrets_are_found_at_start(fresh_url: 
                                        "AGENTSTATE_LOG_FORMAT": "text"}) as server:
         # Masked reads work; only the secrets cannot be read, and the log said why at start.
         assert httpx.get(f"{server.base_url}/v1/mcp-servers/gh", timeout=10).status_code == 200
-    (line,) = [line for line in server.logs().splitlines() if "cannot decrypt" in line]
-    assert line.startswith("WARNING agentstate AGENTSTATE_SECRET_KEYS cannot decrypt the "
-                           "stored secrets (of default/gh)")
+    (line,) = [line for line in server.logs().splitlines() if "stored MCP secrets" in line]
+    assert line.startswith("WARNING agentstate AGENTSTATE_SECRET_KEYS opens none of the 1 "
+                           "stored MCP secrets checked (e.g. not those of default/gh)"), line
+    assert "AGENTSTATE_SECRET_KEYS=<current>,<old>" in line
     assert "agentstate secrets rotate" in line
-    assert server.logs().index("cannot decrypt") < server.logs().index(" ready on ")
+    assert server.logs().index("stored MCP secrets") < server.logs().index(" ready on ")
 
 
 async def _refuse_marker(url: str) -> None:

@@ -35,6 +35,7 @@ from schemathesis.specs.openapi.checks import (
     unsupported_method,
 )
 
+from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.main import create_app
 from tests.conftest import migrated_database
@@ -58,10 +59,10 @@ CONFIG = schemathesis.Config.from_dict({
     # documents (ST202 "an unknown id or a cross-field rule"): 400 a cursor this list never
     # handed out (cursors are opaque); 410/412/428 a precondition judged against the stored
     # revision; 422 a rule on stored data (a revision outside the kept history, a compaction
-    # of messages that are not a contiguous live run); 406 the event stream to a client that
-    # did not send `Accept: text/event-stream` (a stream never ends, so it is only sent to a
-    # client that asks for one, and a fuzzer never does). Server errors stay failures
-    # (not_a_server_error), and so do 413/415 and anything undeclared.
+    # of messages that are not a contiguous live run); 406 the event stream, which the
+    # fuzzer asks for as JSON (`Accept: application/json`, below: a stream never ends).
+    # Server errors stay failures (not_a_server_error), and so do 413/415 and anything
+    # undeclared.
     "checks": {"positive_data_acceptance": {"expected-statuses": [
         "2xx", "3xx", "400", "401", "403", "404", "406", "409", "410", "412", "422", "428",
         "429"]}},
@@ -78,9 +79,12 @@ schema = schemathesis.openapi.from_dict(document(), config=CONFIG)
 @pytest.fixture(scope="module")
 def fuzzed_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     backend = "sqlite" if database_url.startswith("sqlite") else "postgres"
-    # Long polls (`?wait=`) answer within 0.1 s here, so fuzzing them stays in budget.
+    # Long polls (`?wait=`) answer within 0.1 s here, so fuzzing them stays in budget. A key
+    # for MCP secrets, which SQLite's embedded default makes itself and Postgres does not:
+    # without one, MCP servers with secrets are 503 secrets_not_configured, as documented.
+    env = {"AGENTSTATE_EVENTS_MAX_WAIT_SECONDS": "0.1", "AGENTSTATE_SECRET_KEYS": new_key()}
     with migrated_database(backend, tmp_path_factory) as url, ServerProcess(
-            url, env={"AGENTSTATE_EVENTS_MAX_WAIT_SECONDS": "0.1"}) as server:
+            url, env=env) as server:
         yield server.base_url
 
 
@@ -89,4 +93,7 @@ def fuzzed_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -
 @settings(max_examples=BUDGET, derandomize=True, database=None, deadline=None,
           phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
 def test_openapi_contract(case: schemathesis.Case, fuzzed_server: str, backend: str) -> None:
-    case.call_and_validate(base_url=fuzzed_server, checks=CHECKS)
+    # The stream answers `*/*` (the fuzzer's Accept) with a response that never ends: its
+    # parameters are fuzzed with an Accept that excludes it, which is answered at once.
+    headers = {"Accept": "application/json"} if case.path == "/v1/events/stream" else None
+    case.call_and_validate(base_url=fuzzed_server, checks=CHECKS, headers=headers)

@@ -9,20 +9,27 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.auth.principal import Principal
+from app.core.principal import Principal
 from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db.engine import Database
 from app.http.dependencies import current_principal
 from app.main import create_app
 from tests.conftest import migrated_database
-from tests.support import ServerProcess, agentstate, drain
+from tests.support import (
+    ServerProcess,
+    agentstate,
+    create_postgres_database,
+    drain,
+    drop_postgres_database,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -105,7 +112,7 @@ async def test_without_a_key_secrets_are_refused(database_url: str, client: http
                                                  uid: str) -> None:
     u = f"/v1/mcp-servers/{uid}"
     refused = await client.put(u, json={"server_type": "x", "secrets": {"t": "v"}})
-    # The operator's fix, not the client's: 503 (issue 13), never a 500.
+    # The operator's fix, not the client's: 503, never a 500.
     assert refused.status_code == 503 and refused.json()["code"] == "secrets_not_configured"
     assert "AGENTSTATE_SECRET_KEYS" in refused.json()["detail"]
     assert (await client.get(u)).status_code == 404, "nothing was written"
@@ -161,7 +168,7 @@ async def test_plaintext_appears_nowhere(database_url: str, uid: str, secret_key
         logs = server.logs()
     assert secret not in logs and "Traceback" not in logs
 
-    # An export carries the ciphertext and the id of the key that opens it (issue 17), or
+    # An export carries the ciphertext and the id of the key that opens it, or
     # nothing of the secrets with --redact-secrets; never the secret in clear.
     from app.core.secretbox import key_id
 
@@ -265,3 +272,59 @@ async def test_embedded_default_generates_a_key_once(tmp_path: Path,
         assert r.json()["secrets"] == {"t": "local-secret"}
     assert key_file.read_text() == key, "generated once, then reused"
     assert [p.name for p in key_file.parent.iterdir() if "secret" in p.name] == ["secret.key"]
+
+
+@pytest.mark.slow
+async def test_a_move_from_sqlite_names_the_key_the_secrets_need(tmp_path: Path,
+                                                                 uid: str) -> None:
+    """SQLite to Postgres: every message on the way names the `secret.key` beside the source
+    and AGENTSTATE_SECRET_KEYS; none offers a new key as the fix; the key opens them."""
+    source = f"sqlite+aiosqlite:///{tmp_path}/state.db"
+    key_file = tmp_path / "secret.key"
+    assert agentstate(source, "migrate").returncode == 0
+    settings = Settings(database_url=source, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
+    async with serving(settings) as c:  # the embedded default: its key file beside the file
+        put = await c.put(f"/v1/mcp-servers/m-{uid}", json={"server_type": "x",
+                                                             "secrets": {"t": "moved"}})
+        assert put.status_code == 201, put.text
+    target = await anyio.to_thread.run_sync(create_postgres_database)
+    try:
+        for run in ("first", "again"):  # a rerun copies nothing and says it again
+            copied = cli(source, "copy", "--from", source, "--to", target)
+            assert copied.returncode == 0, copied.stderr
+            (line,) = [line for line in copied.stderr.splitlines() if "MCP servers" in line]
+            assert line.startswith(f"warning: the secrets of 1 MCP servers are sealed with the "
+                                   f"source database's key, {key_file} (key "), (run, line)
+            assert "AGENTSTATE_SECRET_KEYS (not set) does not open" in line, line
+            assert f"AGENTSTATE_SECRET_KEYS=$(cat {key_file})" in line, line
+
+        # The target's server without the key: said at start, and on reading them.
+        with ServerProcess(target, env={"AGENTSTATE_SECRET_KEYS": "",
+                                        "AGENTSTATE_LOG_FORMAT": "text"}) as server:
+            read = httpx.get(f"{server.base_url}/v1/mcp-servers/m-{uid}",
+                             params={"include_secrets": "true"}, timeout=10)
+            masked = httpx.get(f"{server.base_url}/v1/mcp-servers/m-{uid}", timeout=10)
+        assert masked.status_code == 200, "everything but the secrets works meanwhile"
+        assert read.status_code == 503 and read.json()["code"] == "secrets_not_configured"
+        detail = read.json()["detail"]
+        assert "no key to open the stored secrets" in detail and "encrypt" not in detail
+        assert "AGENTSTATE_SECRET_KEYS" in detail and "secret.key" in detail
+        assert "A new key cannot open them" in detail, detail
+        (said,) = [line for line in server.logs().splitlines() if "encrypted secrets" in line]
+        assert said.startswith(f"WARNING agentstate MCP servers hold encrypted secrets (e.g. "
+                               f"default/m-{uid}), and no key is configured"), said
+        assert "AGENTSTATE_SECRET_KEYS=$(cat /path/to/secret.key)" in said
+        assert "cannot open them" in said
+
+        # With the key (after a new one, as a rotation has it) they open, and nothing is said.
+        key = key_file.read_text().strip()
+        with ServerProcess(target, env={"AGENTSTATE_SECRET_KEYS": f"{new_key()},{key}"}) as server:
+            read = httpx.get(f"{server.base_url}/v1/mcp-servers/m-{uid}",
+                             params={"include_secrets": "true"}, timeout=10)
+        assert read.status_code == 200 and read.json()["secrets"] == {"t": "moved"}, read.text
+        assert "stored MCP secrets" not in server.logs()
+        assert "encrypted secrets" not in server.logs()
+        copied = cli(source, "copy", "--from", source, "--to", target, keys=key)
+        assert copied.returncode == 0 and "MCP servers are sealed" not in copied.stderr
+    finally:
+        await anyio.to_thread.run_sync(drop_postgres_database, target)

@@ -26,7 +26,7 @@ def connections_in_use(server: ServerProcess) -> int:
         text = httpx.get(f"{server.base_url}/metrics", timeout=2).text
     except httpx.TransportError:
         return 0
-    match = re.search(r"^agentstate_db_pool_in_use (\S+)$", text, flags=re.M)
+    match = re.search(r"^agentstate_db_pool_in_use (\S+)$", text, flags=re.MULTILINE)
     return int(float(match.group(1))) if match else 0
 
 

@@ -1,4 +1,4 @@
-"""Misconfiguration is found at start and told in one line (issue 13).
+"""Misconfiguration is found at start and told in one line.
 
 Each case starts the real `agentstate` CLI as an operator would and checks its exit status
 and the one line it prints; the runtime cases check the 503 and its `code`.
@@ -10,6 +10,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -106,7 +107,8 @@ def test_an_empty_database_url_means_the_default(tmp_path: Path) -> None:
 def test_version_and_help() -> None:
     version = subprocess.run([sys.executable, "-m", "app.cli", "--version"], cwd=ROOT,
                              capture_output=True, text=True, timeout=60, check=False)
-    assert version.returncode == 0 and version.stdout.startswith("agentstate ")
+    assert version.returncode == 0
+    assert version.stdout == f"agentstate {metadata.version('agentstate')}\n"
     helped = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--help"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60, check=False)
     assert "(default: 8080)" in helped.stdout

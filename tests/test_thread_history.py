@@ -1,4 +1,4 @@
-"""A thread's state history and forks (issue 15, "history for plain threads"), on SQLite and
+"""A thread's state history and forks (plain threads, no checkpoints), on SQLite and
 Postgres, through HTTP."""
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.auth.principal import ALL_SCOPES, ANONYMOUS, OPEN_TENANT, Principal
 from app.auth.repository import ApiKeyRepository
 from app.auth.service import key_id_of, token_hash
 from app.core.errors import Unauthorized
+from app.core.principal import ALL_SCOPES, ANONYMOUS, OPEN_TENANT, Principal
 from app.db.engine import Database
 
 OPEN = Principal(OPEN_TENANT, ANONYMOUS, ALL_SCOPES)

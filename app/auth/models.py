@@ -12,11 +12,11 @@ class ApiKey(Base):
     """An API key: its public `key_id`, its tenant and scopes, and a hash of the token.
 
     The only table read across tenants (a key is what tells us the tenant), so it opts out of
-    the tenant guard (`app/auth/tenancy.py`).
+    the tenant guard (`app/db/tenancy.py`).
     """
 
     __tablename__ = "api_keys"
-    __table_args__ = {"info": {"cross_tenant": True}}
+    __table_args__ = ({"info": {"cross_tenant": True}},)
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
     key_id: Mapped[str] = mapped_column(String(32), unique=True)

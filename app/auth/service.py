@@ -16,9 +16,9 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.auth.principal import ALL_SCOPES
 from app.auth.repository import ApiKeyRepository
 from app.core.errors import NotFound, Unprocessable
+from app.core.principal import ALL_SCOPES
 from app.core.schemas import NAME_PATTERN, NAME_RULE
 from app.db.base import utcnow
 

@@ -12,24 +12,37 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     LargeBinary,
+    Text,
     and_,
     any_,
     bindparam,
+    case,
+    cast,
     delete,
     func,
     literal,
+    literal_column,
+    null,
     or_,
     select,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, CheckpointWrite
-from app.db.base import AnyRow, table
-from app.threads.models import Thread
+from app.checkpoints.models import (
+    Checkpoint,
+    CheckpointBlob,
+    CheckpointItem,
+    CheckpointWrite,
+    Namespace,
+)
+from app.db import direct
+from app.db.base import AnyRow, Name, table
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.threads.models import Thread
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)
@@ -45,17 +58,55 @@ _INSERTED = ("tenant_id", "thread_pk", "checkpoint_ns", "checkpoint_id", "parent
              "checkpoint", "metadata", "content_hash", "created_at", "run_id")
 
 
+def _const(sql: str, type_: Any = Integer) -> Any:
+    """A constant rendered into the statement (a bound one has no type Postgres can infer
+    in a select list)."""
+    return literal_column(sql, type_)
+
+
 # The statements of every graph step are built once (per backend) with bound parameters:
 # SQLAlchemy then finds their compiled form without walking a new statement each time.
 @cache
 def _insert_checkpoint(postgres: bool) -> Any:
-    module = postgresql if postgres else sqlite
-    return (module.insert(c)
-            .values({name: bindparam(f"v_{name}", type_=c.c[name].type) for name in _INSERTED})
-            .on_conflict_do_nothing(index_elements=["thread_pk", "checkpoint_ns",
-                                                    "checkpoint_id"])
-            .returning(c.c.id, c.c.checkpoint_ns, c.c.checkpoint_id, c.c.parent_checkpoint_id,
-                       c.c.created_at))
+    """The checkpoint row, or nothing if its key is taken. On Postgres the statement takes
+    the thread's values lock (shared, see `CheckpointRepository.lock_values`) first, in the
+    same round trip: a CTE the row is selected from, so it runs before the insert."""
+    values = {name: bindparam(f"v_{name}", type_=c.c[name].type) for name in _INSERTED}
+    conflict = ["thread_pk", "checkpoint_ns", "checkpoint_id"]
+    returning = (c.c.id, c.c.checkpoint_ns, c.c.checkpoint_id, c.c.parent_checkpoint_id,
+                 c.c.created_at)
+    if not postgres:
+        return (sqlite.insert(c).values(values).on_conflict_do_nothing(index_elements=conflict)
+                .returning(*returning))
+    lock = select(func.pg_advisory_xact_lock_shared(
+        _const(str(_LOCK_NAMESPACE)), bindparam("lock", type_=Integer)).label("held")
+    ).cte("values_lock")
+    return (postgresql.insert(c).from_select(list(_INSERTED),
+                                             select(*values.values()).select_from(lock))
+            .on_conflict_do_nothing(index_elements=conflict).returning(*returning))
+
+
+@cache
+def _insert_ignoring(postgres: bool, name: str) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING into a values, items or writes table, built once."""
+    tbl, key = _KEYS[name]
+    return (postgresql if postgres else sqlite).insert(tbl).on_conflict_do_nothing(
+        index_elements=key)
+
+
+@cache
+def _items_by_digest(postgres: bool) -> Any:
+    """The items of a thread with these digests: on Postgres one array parameter (a
+    statement whose text does not change with the count); on SQLite an expanding IN."""
+    digests = (i.c.digest == any_(bindparam("digests", type_=ARRAY(LargeBinary))) if postgres
+               else i.c.digest.in_(bindparam("digests", expanding=True)))
+    return select(i.c.digest, i.c.type, i.c.data).where(
+        i.c.tenant_id == bindparam("tenant"), i.c.thread_pk == bindparam("pk"), digests)
+
+
+_KEYS = {"blobs": (b, ["thread_pk", "checkpoint_ns", "channel", "version"]),
+         "items": (i, ["thread_pk", "digest"]),
+         "writes": (w, ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id", "idx"])}
 
 
 @cache
@@ -78,6 +129,81 @@ def _list_value() -> Any:
                    b.c.version == bindparam("version")))
 
 
+# The walk of `delta_history` stops at this depth: a parent chain this long (or a cycle of
+# parent ids, which clients could build) is refused instead of walked forever.
+MAX_WALK = 100_000
+EMPTY = "empty"  # the type of the value a checkpoint stores for a channel that holds none
+
+
+def _version_of(postgres: bool, checkpoint: Any, channel: Any) -> Any:
+    """`checkpoint.channel_versions[channel]` as the text `version_key` stores it."""
+    if postgres:
+        return cast(checkpoint.op("->")(literal_column("'channel_versions'"))
+                    .op("->>")(channel), Text)
+    versions = func.json_each(checkpoint, literal_column("'$.channel_versions'")).table_valued(
+        "key", "value")
+    return (select(cast(versions.c.value, Text)).where(versions.c.key == channel)
+            .scalar_subquery())
+
+
+@cache
+def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
+    """One statement: the target checkpoint (`cid`, or the newest of `ns` with `latest`) of
+    the live thread `thread`, then per channel `ch{n}` a recursive walk up the target's
+    parent chain to the nearest ancestor that stores a value for it (its seed), with the
+    channel's pending writes of every ancestor on the way (the seed's own included, the
+    target's not). Rows: `kind` t (the target), w (a write) or s (a seed), the channel's
+    index, and the ancestor's depth (1: the target's parent)."""
+    tenant, ns = bindparam("tenant", type_=Name), bindparam("ns", type_=Namespace)
+    target = (select(c.c.thread_pk, c.c.checkpoint_id, c.c.parent_checkpoint_id)
+              .join(t, t.c.id == c.c.thread_pk)
+              .where(t.c.tenant_id == tenant, t.c.thread_id == bindparam("thread"),
+                     t.c.deleted_at.is_(None), c.c.tenant_id == tenant,
+                     c.c.checkpoint_ns == ns))
+    target = (target.order_by(c.c.checkpoint_id.desc()).limit(1) if latest
+              else target.where(c.c.checkpoint_id == bindparam("cid")))
+    found = target.cte("target")
+    pk = select(found.c.thread_pk).scalar_subquery()
+    nothing = (cast(null(), Text), cast(null(), Text), cast(null(), Integer))
+    parts: list[Any] = [select(
+        _const("'t'", Text).label("kind"), _const("-1").label("channel"),
+        _const("0").label("depth"), found.c.checkpoint_id, nothing[0].label("task_path"),
+        nothing[1].label("task_id"), nothing[2].label("idx"),
+        cast(null(), Text).label("type"), cast(null(), LargeBinary).label("data"),
+        cast(null(), LargeBinary).label("items"))]
+    for n in range(channels):
+        channel = bindparam(f"ch{n}", type_=Text)
+        walk = select(found.c.checkpoint_id, found.c.parent_checkpoint_id,
+                      _const("0").label("depth"), cast(null(), Text).label("version"),
+                      _const("0").label("seed")).cte(f"walk{n}", recursive=True)
+        p = c.alias(f"p{n}")
+        version = _version_of(postgres, p.c.checkpoint, channel)
+        stored = (select(_const("1")).select_from(b)
+                  .where(b.c.tenant_id == tenant, b.c.thread_pk == p.c.thread_pk,
+                         b.c.checkpoint_ns == ns, b.c.channel == channel,
+                         b.c.version == version, b.c.type != EMPTY).exists())
+        walk = walk.union_all(
+            select(p.c.checkpoint_id, p.c.parent_checkpoint_id, walk.c.depth + 1, version,
+                   case((stored, _const("1")), else_=_const("0")))
+            .select_from(p.join(walk, p.c.checkpoint_id == walk.c.parent_checkpoint_id))
+            .where(p.c.tenant_id == tenant, p.c.thread_pk == pk, p.c.checkpoint_ns == ns,
+                   walk.c.seed == 0, walk.c.depth < MAX_WALK))
+        parts.append(
+            select(_const("'w'", Text), _const(str(n)), walk.c.depth, walk.c.checkpoint_id,
+                   w.c.task_path, w.c.task_id, w.c.idx, w.c.type, w.c.data,
+                   cast(null(), LargeBinary))
+            .select_from(walk.join(w, w.c.checkpoint_id == walk.c.checkpoint_id))
+            .where(w.c.tenant_id == tenant, w.c.thread_pk == pk, w.c.checkpoint_ns == ns,
+                   w.c.channel == channel, walk.c.depth >= 1))
+        parts.append(
+            select(_const("'s'", Text), _const(str(n)), walk.c.depth, walk.c.checkpoint_id,
+                   *nothing, b.c.type, b.c.data, b.c["items"])
+            .select_from(walk.join(b, b.c.version == walk.c.version))
+            .where(b.c.tenant_id == tenant, b.c.thread_pk == pk, b.c.checkpoint_ns == ns,
+                   b.c.channel == channel, walk.c.seed == 1))
+    return union_all(*parts)
+
+
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start:start + size]
@@ -87,30 +213,19 @@ class CheckpointRepository:
     def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
         self.connection = connection
         self.tenant_id = tenant_id
+        self._shared = False  # this transaction holds the values lock shared (Postgres)
 
     def _mine(self, tbl: Any, thread_pk: int) -> Any:
         return and_(tbl.c.tenant_id == self.tenant_id, tbl.c.thread_pk == thread_pk)
-
-    def _digest_chunks(self, digests: Sequence[bytes]) -> Iterable[Any]:
-        """`digest` membership tests for a set of digests. On Postgres one array parameter
-        (`= ANY(...)`): a statement whose text does not change with the count, so it stays
-        prepared; on SQLite chunks of IN lists."""
-        values = sorted(set(digests))
-        if dialect_name(self.connection) == "postgresql":
-            if values:
-                yield i.c.digest == any_(bindparam("digests", values,
-                                                   type_=ARRAY(LargeBinary)))
-            return
-        for chunk in _chunks(values):
-            yield i.c.digest.in_(list(chunk))
 
     async def lock_values(self, thread_pk: int, *, exclusive: bool) -> None:
         """Postgres: a transaction lock on the thread's stored values. Writes that may refer
         to stored values take it shared, deletes that collect unreferenced values take it
         exclusive, so a collection never drops a value a concurrent checkpoint refers to.
         (SQLite serialises writers already.)"""
-        if dialect_name(self.connection) != "postgresql":
+        if dialect_name(self.connection) != "postgresql" or (self._shared and not exclusive):
             return
+        self._shared = self._shared or not exclusive
         lock = func.pg_advisory_xact_lock if exclusive else func.pg_advisory_xact_lock_shared
         await self.connection.execute(select(lock(
             literal(_LOCK_NAMESPACE, Integer), literal(thread_pk % 2**31, Integer))))
@@ -126,8 +241,10 @@ class CheckpointRepository:
         """The newest checkpoint of a namespace of the live thread `thread_id`, found by the
         thread's id in one statement (its `thread_pk` is the thread's key); None if the
         thread is missing, deleted or has none there."""
-        return (await self.connection.execute(
-            _latest_of_live(), {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})).first()
+        found: AnyRow | None = await direct.first(
+            self.connection, _latest_of_live(),
+            {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})
+        return found
 
     async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
                    after: tuple[str, str] | None, metadata: dict[str, Any] | None,
@@ -147,6 +264,17 @@ class CheckpointRepository:
         stmt = stmt.order_by(c.c.checkpoint_id.desc(), c.c.checkpoint_ns.desc()).limit(limit)
         return list((await self.connection.execute(stmt)).all())
 
+    async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
+                            channels: Sequence[str]) -> list[AnyRow]:
+        """The rows of `_delta_history` (no rows: the thread or the checkpoint is missing)."""
+        params: dict[str, Any] = {"tenant": self.tenant_id, "thread": thread_id, "ns": ns,
+                                  **{f"ch{n}": ch for n, ch in enumerate(channels)}}
+        if checkpoint_id is not None:
+            params["cid"] = checkpoint_id
+        stmt = _delta_history(dialect_name(self.connection) == "postgresql", len(channels),
+                              checkpoint_id is None)
+        return await direct.rows(self.connection, stmt, params)
+
     async def blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> list[AnyRow]:
         """The values stored under (namespace, channel, version) keys."""
         rows: list[AnyRow] = []
@@ -161,24 +289,22 @@ class CheckpointRepository:
                          version: str) -> AnyRow | None:
         """A stored value's `items` (its chunks' digests) with `last`, the data of its last
         chunk (None if that chunk is not stored), in one statement; None if no such value."""
-        return (await self.connection.execute(_list_value(), {
+        found: AnyRow | None = await direct.first(self.connection, _list_value(), {
             "tenant": self.tenant_id, "pk": thread_pk, "ns": ns, "channel": channel,
-            "version": version})).first()
+            "version": version})
+        return found
 
     async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
+        postgres = dialect_name(self.connection) == "postgresql"
+        values = sorted(set(digests))
         rows: list[AnyRow] = []
-        for test in self._digest_chunks(digests):
-            rows.extend((await self.connection.execute(
-                select(i.c.digest, i.c.type, i.c.data)
-                .where(self._mine(i, thread_pk), test))).all())
+        for chunk in [values] if postgres else _chunks(values):
+            rows.extend(await direct.rows(self.connection, _items_by_digest(postgres), {
+                "tenant": self.tenant_id, "pk": thread_pk, "digests": list(chunk)}))
         return rows
 
     async def held_digests(self, thread_pk: int, digests: Sequence[bytes]) -> set[bytes]:
-        held: set[bytes] = set()
-        for test in self._digest_chunks(digests):
-            held.update((await self.connection.execute(
-                select(i.c.digest).where(self._mine(i, thread_pk), test))).scalars())
-        return held
+        return {row.digest for row in await self.items(thread_pk, digests)}
 
     async def writes(self, thread_pk: int, keys: Sequence[tuple[str, str]]) -> list[AnyRow]:
         """Pending writes of the (namespace, checkpoint id)s."""
@@ -220,33 +346,35 @@ class CheckpointRepository:
 
     async def insert(self, values: dict[str, Any]) -> AnyRow | None:
         """The new row's key columns (not the checkpoint and metadata documents just sent),
-        or None if the (thread, namespace, id) is taken."""
+        or None if the (thread, namespace, id) is taken. On Postgres it holds the thread's
+        values lock (shared) once it returns, whatever the outcome."""
         row = {"tenant_id": self.tenant_id, **values}
-        return (await self.connection.execute(
-            _insert_checkpoint(dialect_name(self.connection) == "postgresql"),
-            {f"v_{name}": row[name] for name in _INSERTED})).first()
+        params = {f"v_{name}": row[name] for name in _INSERTED}
+        params["lock"] = values["thread_pk"] % 2**31
+        postgres = dialect_name(self.connection) == "postgresql"
+        if not postgres:
+            del params["lock"]
+        found: AnyRow | None = await direct.first(self.connection, _insert_checkpoint(postgres),
+                                                  params)
+        self._shared = postgres
+        return found
+
+    async def _insert_ignoring(self, name: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            await direct.execute_many(
+                self.connection, _insert_ignoring(dialect_name(self.connection) == "postgresql",
+                                                  name),
+                [{"tenant_id": self.tenant_id, **row} for row in rows])
 
     async def insert_blobs(self, rows: list[dict[str, Any]]) -> None:
-        for chunk in _chunks(rows, 100):
-            await self.connection.execute(
-                insert_ignoring_conflicts(self.connection, b,
-                                          ["thread_pk", "checkpoint_ns", "channel", "version"]),
-                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+        await self._insert_ignoring("blobs", rows)
 
     async def insert_items(self, rows: list[dict[str, Any]]) -> None:
-        for chunk in _chunks(rows, 100):
-            await self.connection.execute(
-                insert_ignoring_conflicts(self.connection, i, ["thread_pk", "digest"]),
-                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+        await self._insert_ignoring("items", rows)
 
     async def insert_writes(self, rows: list[dict[str, Any]]) -> None:
         """Repeats of a (checkpoint, task id, idx) are ignored."""
-        for chunk in _chunks(rows, 100):
-            await self.connection.execute(
-                insert_ignoring_conflicts(
-                    self.connection, w,
-                    ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id", "idx"]),
-                [{"tenant_id": self.tenant_id, **row} for row in chunk])
+        await self._insert_ignoring("writes", rows)
 
     async def delete_checkpoints(self, thread_pk: int, rows: Sequence[AnyRow]) -> None:
         """Delete checkpoints (rows with id, checkpoint_ns, checkpoint_id) and their writes."""

@@ -3,15 +3,19 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request, Response
+from pydantic import StringConstraints
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.checkpoints.schemas import (
+    CheckpointBatchIn,
+    CheckpointBatchOut,
     CheckpointIn,
     CheckpointOut,
     CheckpointRef,
     CopyIn,
     Counted,
     DeleteRunsIn,
+    DeltaHistoryOut,
     ItemsIn,
     ItemsOut,
     PruneIn,
@@ -37,7 +41,7 @@ CheckpointId = Annotated[str, name_path("Checkpoint id")]
 # The words of the collection's own routes: `GET .../checkpoints/prune` is no checkpoint, so
 # OPTIONS and 405 answer for the route that is there. (Checkpoints with these ids can be
 # stored and listed, not read one by one.)
-RESERVED = ("latest", "prune", "copy", "items")
+RESERVED = ("latest", "prune", "copy", "items", "batch")
 
 
 class _CheckpointIdConvertor(Convertor[str]):
@@ -69,6 +73,16 @@ async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: R
     response.status_code = 200 if replayed else 201
     response.headers["Location"] = f"{checkpoints_path(thread_id)}/{ref.checkpoint_id}"
     return ref
+
+
+@router.post(f"{BASE}/batch", responses=responses(409, 410, 412, 413),
+             summary="Store checkpoints and pending writes in one transaction")
+async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn, uow: Writer,
+                            settings: SettingsDep, pre: ThreadIfMatch) -> CheckpointBatchOut:
+    """The checkpoints in order, then the writes, each as its own request stores it (a
+    replay, a 409, the thread created if needed), in one transaction: all or nothing. A
+    saver sends what it was asked to store meanwhile as one request."""
+    return await CheckpointService(uow, settings).batch(thread_id, body, pre)
 
 
 @router.get(BASE, responses=responses(404),
@@ -128,6 +142,35 @@ async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: Sett
                             items: ItemsMode = "data") -> CheckpointOut:
     return await CheckpointService(uow, settings).latest(thread_id, checkpoint_ns,
                                                          by_digest=items == "digests")
+
+
+Channels = Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]],
+                     Query(alias="channel", max_length=32, description=(
+                         "A channel to walk for (repeat the parameter for more, at most 32)."))]
+HISTORY = """Per channel: the pending writes on the checkpoint's parent chain since the nearest
+ancestor that stores a value for the channel (oldest first; that ancestor's own writes
+included, the checkpoint's not), and that value as `seed` (null if the walk reached the
+root). What LangGraph's `get_delta_channel_history` answers, in one statement."""
+
+
+@router.get(f"{BASE}/latest/delta-history", responses=responses(404, 414, 422),
+            summary="Delta channel history of the newest checkpoint of a namespace",
+            description=HISTORY)
+async def get_latest_delta_history(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+                                   channels: Channels, checkpoint_ns: Namespace = "",
+                                   items: ItemsMode = "data") -> DeltaHistoryOut:
+    return await CheckpointService(uow, settings).delta_history(
+        thread_id, checkpoint_ns, None, channels, by_digest=items == "digests")
+
+
+@router.get(ONE + "/delta-history", responses=responses(404, 414, 422),
+            summary="Delta channel history of a checkpoint", description=HISTORY)
+async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
+                            settings: SettingsDep, channels: Channels,
+                            checkpoint_ns: Namespace = "",
+                            items: ItemsMode = "data") -> DeltaHistoryOut:
+    return await CheckpointService(uow, settings).delta_history(
+        thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests")
 
 
 @router.post(f"{BASE}/items", responses=responses(404),

@@ -124,6 +124,18 @@ class WritesIn(Strict):
     writes: list[WriteIn] = Field(max_length=10_000)
 
 
+class TaskWritesIn(WritesIn):
+    checkpoint_id: Name
+
+
+class CheckpointBatchIn(Strict):
+    checkpoints: list[CheckpointIn] = Field(default_factory=list, max_length=100, description=(
+        "Checkpoints, stored in this order as `POST .../checkpoints` stores each."))
+    writes: list[TaskWritesIn] = Field(default_factory=list, max_length=100, description=(
+        "Pending writes of tasks, each against its `checkpoint_id`, stored after the "
+        "checkpoints as `POST .../checkpoints/{checkpoint_id}/writes` stores them."))
+
+
 class PruneIn(Strict):
     keep: int = Field(ge=0, le=1_000_000, description=(
         "Checkpoints kept per namespace, newest first; 0 deletes them all."))
@@ -147,6 +159,15 @@ class CheckpointRef(RowModel):
     checkpoint_id: str
     parent_checkpoint_id: str | None
     created_at: Timestamp
+
+
+class CheckpointBatchRef(CheckpointRef):
+    replayed: bool = Field(description="Stored before with the same content (a replay).")
+
+
+class CheckpointBatchOut(Strict):
+    checkpoints: list[CheckpointBatchRef]
+    writes: int = Field(description="How many pending writes were sent.")
 
 
 class ItemOut(BaseModel):
@@ -199,6 +220,30 @@ class CheckpointOut(Strict):
     pending_writes: list[WriteOut] = Field(description=(
         "Sorted by (task_path, task_id, idx), the order a graph runtime applies them in."))
     created_at: Timestamp
+
+
+class DeltaWriteOut(Strict):
+    checkpoint_id: str = Field(description="The ancestor the write is stored against.")
+    task_id: str
+    idx: int
+    type: str
+    data: Base64
+    task_path: str
+
+
+class ChannelHistoryOut(Strict):
+    writes: list[DeltaWriteOut] = Field(description=(
+        "The channel's pending writes on the parent chain since the seed (the seed "
+        "checkpoint's own included, the target's not), oldest checkpoint first, then in "
+        "(task_path, task_id, idx) order."))
+    seed: ValueOut | None = Field(description=(
+        "The value stored at the nearest ancestor that stores one for the channel; null if "
+        "the walk reached the root without finding one."))
+
+
+class DeltaHistoryOut(Strict):
+    checkpoint_id: str = Field(description="The checkpoint whose ancestors were walked.")
+    channels: dict[str, ChannelHistoryOut]
 
 
 class Counted(Strict):

@@ -11,15 +11,23 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from app.checkpoints.errors import CheckpointExists, CheckpointItemsMissing, CheckpointNotFound
-from app.checkpoints.repository import CheckpointRepository
+from app.checkpoints.repository import MAX_WALK, CheckpointRepository
 from app.checkpoints.schemas import (
+    ChannelHistoryOut,
+    CheckpointBatchIn,
+    CheckpointBatchOut,
+    CheckpointBatchRef,
     CheckpointIn,
     CheckpointOut,
     CheckpointRef,
+    DeltaHistoryOut,
+    DeltaWriteOut,
     ItemOut,
+    TaskWritesIn,
     ValueOut,
     Version,
     WriteOut,
@@ -105,11 +113,35 @@ class CheckpointService:
         """Store a checkpoint and the values it adds; (its key, whether it was a replay)."""
         _channel_versions(body.checkpoint)
         thread = await self._writable(thread_id, pre)
+        return await self._create(thread.id, thread_id, body)
+
+    async def batch(self, thread_id: str, body: CheckpointBatchIn,
+                    pre: Preconditions) -> CheckpointBatchOut:
+        """Checkpoints and pending writes of one thread in one transaction, as their single
+        requests store them (in order: the checkpoints, then the writes): all, or none."""
+        for index, checkpoint in enumerate(body.checkpoints):
+            try:
+                _channel_versions(checkpoint.checkpoint)
+            except Unprocessable as error:
+                error.extra["errors"] = [
+                    {**e, "pointer": f"/checkpoints/{index}{e['pointer']}"}
+                    for e in error.extra["errors"]]
+                raise
+        thread = await self._writable(thread_id, pre)
+        refs = []
+        for checkpoint in body.checkpoints:
+            ref, replayed = await self._create(thread.id, thread_id, checkpoint)
+            refs.append(CheckpointBatchRef(**ref.model_dump(), replayed=replayed))
+        await self._store_writes(thread.id, thread_id, body.writes)
+        return CheckpointBatchOut(checkpoints=refs, writes=sum(len(w.writes) for w in body.writes))
+
+    async def _create(self, thread_pk: int, thread_id: str,
+                      body: CheckpointIn) -> tuple[CheckpointRef, bool]:
         digest = _content_hash(body)
         # The checkpoint row first: a replay or a conflict is known before any value is
         # written, without a read of its own in the common case.
         row = await self.repo.insert({
-            "thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
+            "thread_pk": thread_pk, "checkpoint_ns": body.checkpoint_ns,
             "checkpoint_id": body.checkpoint_id,
             "parent_checkpoint_id": body.parent_checkpoint_id, "checkpoint": body.checkpoint,
             "metadata": body.metadata, "content_hash": digest, "created_at": utcnow(),
@@ -117,11 +149,12 @@ class CheckpointService:
             and len(run_id) <= 255 else None,
         })
         if row is None:  # stored before (or by a concurrent create)
-            existing = await self.repo.get(thread.id, body.checkpoint_ns, body.checkpoint_id)
+            existing = await self.repo.get(thread_pk, body.checkpoint_ns, body.checkpoint_id)
             assert existing is not None
             return self._replayed(thread_id, existing, digest), True
-        await self.repo.lock_values(thread.id, exclusive=False)
-        await self._store_values(thread.id, body)
+        # A no-op on Postgres, where the insert took it; SQLite serialises writers.
+        await self.repo.lock_values(thread_pk, exclusive=False)
+        await self._store_values(thread_pk, body)
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
         return self._ref(thread_id, row), False
@@ -217,14 +250,20 @@ class CheckpointService:
         background (LangGraph's default durability), so a task's writes may arrive first.
         They are read with the checkpoint once it is there, and deleted with it."""
         thread = await self._writable(thread_id, pre)
-        await self.repo.insert_writes([
-            {"thread_pk": thread.id, "checkpoint_ns": body.checkpoint_ns,
-             "checkpoint_id": checkpoint_id, "task_id": body.task_id, "idx": write.idx,
-             "channel": write.channel, "type": write.type, "data": write.data,
-             "task_path": body.task_path} for write in body.writes])
-        self._record("writes_added", thread_id,
-                     f"{checkpoints_path(thread_id)}/{checkpoint_id}/writes")
+        await self._store_writes(thread.id, thread_id, [
+            TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))])
         return len(body.writes)
+
+    async def _store_writes(self, thread_pk: int, thread_id: str,
+                            tasks: list[TaskWritesIn]) -> None:
+        await self.repo.insert_writes([
+            {"thread_pk": thread_pk, "checkpoint_ns": task.checkpoint_ns,
+             "checkpoint_id": task.checkpoint_id, "task_id": task.task_id, "idx": write.idx,
+             "channel": write.channel, "type": write.type, "data": write.data,
+             "task_path": task.task_path} for task in tasks for write in task.writes])
+        for task in tasks:
+            self._record("writes_added", thread_id,
+                         f"{checkpoints_path(thread_id)}/{task.checkpoint_id}/writes")
 
     async def delete_all(self, thread_id: str, pre: Preconditions) -> int:
         thread = await self._writable(thread_id, pre, create=False)
@@ -337,15 +376,11 @@ class CheckpointService:
                 for r in (await self.repo.items(pk, keys) if keys else [])
                 if r.type != CHUNK_TYPE]
 
-    async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
-                      by_digest: bool = False) -> list[CheckpointOut]:
-        """The checkpoints with their values (items resolved, or their digests only with
-        `by_digest`) and pending writes, read in a few statements for the whole page."""
-        versions = {row.id: _channel_versions(row.checkpoint) for row in rows}
-        keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
-        blobs = {(r.checkpoint_ns, r.channel, r.version): r
-                 for r in await self.repo.blobs(pk, keys)}
-        chunk_keys = [d for r in blobs.values() for d in _split(r._mapping["items"])]
+    async def _lists(self, pk: int, blobs: Iterable[AnyRow], by_digest: bool,
+                     ) -> tuple[dict[bytes, list[bytes]], dict[bytes, ItemOut]]:
+        """The chunks (digest -> item digests) of the list values among `blobs`, and their
+        items (none with `by_digest`), in two statements for all of them."""
+        chunk_keys = [d for r in blobs for d in _split(r._mapping["items"])]
         chunks = {r.digest: _split(r.data)
                   for r in (await self.repo.items(pk, chunk_keys) if chunk_keys else [])}
         digests = [d for chunk in chunks.values() for d in chunk]
@@ -354,6 +389,28 @@ class CheckpointService:
         items = {} if by_digest else {
             r.digest: ItemOut.model_construct(type=r.type, data=r.data)
             for r in (await self.repo.items(pk, digests) if digests else [])}
+        return chunks, items
+
+    @staticmethod
+    def _value(blob: AnyRow, chunks: dict[bytes, list[bytes]], items: dict[bytes, ItemOut],
+               by_digest: bool) -> ValueOut:
+        if blob._mapping["items"] is None:
+            return ValueOut(type=blob.type, data=blob.data)
+        if by_digest:
+            return ValueOut(type=blob.type, digests=[
+                d.hex() for c in _split(blob._mapping["items"]) for d in chunks[c]])
+        return ValueOut(type=blob.type, items=[
+            items[d] for c in _split(blob._mapping["items"]) for d in chunks[c]])
+
+    async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
+                      by_digest: bool = False) -> list[CheckpointOut]:
+        """The checkpoints with their values (items resolved, or their digests only with
+        `by_digest`) and pending writes, read in a few statements for the whole page."""
+        versions = {row.id: _channel_versions(row.checkpoint) for row in rows}
+        keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
+        blobs = {(r.checkpoint_ns, r.channel, r.version): r
+                 for r in await self.repo.blobs(pk, keys)}
+        chunks, items = await self._lists(pk, blobs.values(), by_digest)
         writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
         for r in await self.repo.writes(pk, [(row.checkpoint_ns, row.checkpoint_id)
                                              for row in rows]):
@@ -365,16 +422,8 @@ class CheckpointService:
             values: dict[str, ValueOut] = {}
             for channel, version in versions[row.id].items():
                 blob = blobs.get((row.checkpoint_ns, channel, version))
-                if blob is None:
-                    continue
-                if blob.items is None:
-                    values[channel] = ValueOut(type=blob.type, data=blob.data)
-                elif by_digest:
-                    values[channel] = ValueOut(type=blob.type, digests=[
-                        d.hex() for c in _split(blob.items) for d in chunks[c]])
-                else:
-                    values[channel] = ValueOut(type=blob.type, items=[
-                        items[d] for c in _split(blob.items) for d in chunks[c]])
+                if blob is not None:
+                    values[channel] = self._value(blob, chunks, items, by_digest)
             out.append(CheckpointOut(
                 thread_id=thread_id, checkpoint_ns=row.checkpoint_ns,
                 checkpoint_id=row.checkpoint_id,
@@ -383,3 +432,43 @@ class CheckpointService:
                 pending_writes=writes[(row.checkpoint_ns, row.checkpoint_id)],
                 created_at=row.created_at))
         return out
+
+    async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
+                            channels: list[str], *, by_digest: bool = False) -> DeltaHistoryOut:
+        """Per channel, the pending writes on the parent chain of a checkpoint (`None`: the
+        newest of `ns`) since the nearest ancestor that stores a value for it, oldest first,
+        and that value (the seed; None if the walk reached the root). The checkpoint's own
+        writes are not included, the seed ancestor's are (a stored value is the state
+        entering its checkpoint). LangGraph's `get_delta_channel_history`, one statement."""
+        rows = await self.repo.delta_history(thread_id, ns, checkpoint_id, channels)
+        target = next((r for r in rows if r.kind == "t"), None)
+        if target is None:
+            await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
+            raise CheckpointNotFound(
+                f"Checkpoint {checkpoint_id!r} in namespace {ns!r} of thread {thread_id!r} "
+                "does not exist." if checkpoint_id else
+                f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
+        writes: list[list[AnyRow]] = [[] for _ in channels]
+        seeds: dict[int, AnyRow] = {}
+        deepest = [0] * len(channels)
+        for row in rows:
+            if row.kind == "w":
+                writes[row.channel].append(row)
+            elif row.kind == "s":
+                seeds[row.channel] = row
+            deepest[row.channel] = max(deepest[row.channel], row.depth)
+        if any(deepest[n] >= MAX_WALK and n not in seeds for n in range(len(channels))):
+            raise Unprocessable(f"The parent chain of the checkpoint is longer than {MAX_WALK} "
+                                "checkpoints (or its parent ids form a cycle).")
+        lists = [seed for seed in seeds.values() if seed._mapping["items"] is not None]
+        chunks, items = (await self._lists(await self.threads.live_pk(thread_id), lists,
+                                           by_digest) if lists else ({}, {}))
+        return DeltaHistoryOut(checkpoint_id=target.checkpoint_id, channels={
+            channel: ChannelHistoryOut(
+                writes=[DeltaWriteOut(checkpoint_id=r.checkpoint_id, task_id=r.task_id,
+                                      idx=r.idx, type=r.type, data=r.data,
+                                      task_path=r.task_path)
+                        for r in sorted(writes[n], key=lambda r: (-r.depth, r.task_path,
+                                                                  r.task_id, r.idx))],
+                seed=self._value(seeds[n], chunks, items, by_digest) if n in seeds else None)
+            for n, channel in enumerate(channels)})

@@ -1,7 +1,7 @@
 """Prometheus metrics, one registry per application (no import-time globals).
 
 Under `agentstate serve --workers N` the supervisor points PROMETHEUS_MULTIPROC_DIR at a
-directory of its own (app/cli.py), prometheus_client keeps every worker's values in files
+directory of its own (app/ops/listen.py), prometheus_client keeps every worker's values in files
 there, and `/metrics` answers from all of them, whichever worker the scrape reaches.
 """
 

@@ -28,9 +28,12 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from app.core.errors import SecretsNotConfigured, SecretsUndecryptable
 from app.core.jsonutil import dumps
-from app.core.settings import Settings
+from app.core.settings import Settings, sqlite_file
 
 KEY_FILE = "secret.key"
+# Secrets moved from the embedded default (agentstate copy) are sealed with the key file
+# beside the SQLite database they were written to: the fix every message below names.
+FROM_SQLITE = "moved from SQLite: the key in the secret.key file beside that database"
 log = logging.getLogger("agentstate.secrets")
 
 
@@ -61,7 +64,8 @@ class SecretBox:
         except InvalidToken:
             raise SecretsUndecryptable(
                 "The stored secrets were encrypted with a key that is not in "
-                "AGENTSTATE_SECRET_KEYS; add that key (after the current one) to read them."
+                "AGENTSTATE_SECRET_KEYS; add that key (after the current one) to read them "
+                f"({FROM_SQLITE})."
             ) from None
         if sealed.get("owner") != owner:
             raise SecretsUndecryptable("The stored secrets belong to another resource.")
@@ -122,8 +126,6 @@ def key_file_path(settings: Settings) -> Path | None:
     """Where the generated key of a SQLite database lives (None: Postgres, or in memory)."""
     from sqlalchemy.engine import make_url
 
-    from app.db.engine import sqlite_file
-
     url = make_url(settings.database_url)
     database = sqlite_file(url.database, url.query) if url.get_backend_name() == "sqlite" else None
     return database.absolute().parent / KEY_FILE if database is not None else None
@@ -137,13 +139,14 @@ def secrets_status(settings: Settings) -> str:
     return f"key file {path}" if path else "not configured"
 
 
-def load_secret_box(settings: Settings) -> SecretBox | None:
-    """The box for these settings, or None when no key is configured (see module docstring)."""
+def load_secret_box(settings: Settings, *, create: bool = True) -> SecretBox | None:
+    """The box for these settings, or None when no key is configured (see module docstring).
+    `create=False` reads a SQLite database's key file only if it exists (a copy's source)."""
     keys = [key.get_secret_value() for key in settings.secret_keys]
     if keys:
         return SecretBox(keys)
     path = key_file_path(settings)
-    if path is not None:
+    if path is not None and (create or path.exists()):
         try:
             return SecretBox([_key_file(path)])
         except SecretKeyError:
@@ -152,10 +155,31 @@ def load_secret_box(settings: Settings) -> SecretBox | None:
     return None
 
 
+def keys_source(settings: Settings) -> str:
+    """Where the keys of these settings come from, as an operator names them."""
+    if settings.secret_keys:
+        return "AGENTSTATE_SECRET_KEYS"
+    path = key_file_path(settings)
+    return f"the key in {path}" if path is not None else "AGENTSTATE_SECRET_KEYS (not set)"
+
+
 def require_box(box: SecretBox | None) -> SecretBox:
+    """The box to seal new secrets with."""
     if box is None:
         raise SecretsNotConfigured(
-            "This server has no key to encrypt secrets with; set AGENTSTATE_SECRET_KEYS "
-            "(make a key with `agentstate secrets new-key`)."
+            "This server has no key to encrypt secrets with; set AGENTSTATE_SECRET_KEYS to "
+            f"the key that sealed the secrets already stored ({FROM_SQLITE}), or, if there "
+            "are none, to a new key from `agentstate secrets new-key`."
+        )
+    return box
+
+
+def require_opener(box: SecretBox | None) -> SecretBox:
+    """The box to open stored secrets with: only the key that sealed them can."""
+    if box is None:
+        raise SecretsNotConfigured(
+            "This server has no key to open the stored secrets with; set "
+            f"AGENTSTATE_SECRET_KEYS to the key that sealed them ({FROM_SQLITE}, e.g. "
+            "AGENTSTATE_SECRET_KEYS=$(cat /path/to/secret.key)). A new key cannot open them."
         )
     return box

@@ -11,8 +11,9 @@ and handed to `create_app(settings)`.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
@@ -22,6 +23,8 @@ from pydantic_settings import (
     SecretsSettingsSource,
     SettingsConfigDict,
 )
+
+from app.core.pgurl import check_parameters
 
 
 def data_dir() -> Path:
@@ -53,6 +56,16 @@ def secrets_dir() -> Path | None:
     return default if default.is_dir() else None
 
 
+def sqlite_file(database: str | None, query: Mapping[str, Any]) -> Path | None:
+    """The file of a SQLite URL's database (None: in memory); `file:` URIs (`?uri=true`)
+    included."""
+    if not database or database == ":memory:" or "mode=memory" in str(query):
+        return None
+    if query.get("uri") and database.startswith("file:"):
+        database = database.removeprefix("file:").split("?", 1)[0]
+    return Path(database).expanduser()
+
+
 def normalise_database_url(url: str) -> str:
     """Pick the async driver for the URLs people actually paste."""
     for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://", "postgresql+psycopg://"):
@@ -74,6 +87,15 @@ class Settings(BaseSettings):
         default_factory=default_database_url,
         description="SQLAlchemy URL; postgresql://... is normalised to asyncpg.",
     )
+    # Behind a transaction-pooling PgBouncer (docs/SCALING.md): no startup parameters, the
+    # timeouts set per transaction, no prepared statement outlives its transaction, reads in
+    # transactions too, and no LISTEN through it (the direct URL's, else polling).
+    database_pooler: Literal["none", "transaction"] = Field(
+        "none", description="`transaction`: AGENTSTATE_DATABASE_URL reaches Postgres through a "
+                            "transaction pooler (PgBouncer pool_mode=transaction).")
+    direct_database_url: str | None = Field(
+        None, description="Postgres itself, not the pooler: the change feed LISTENs on it and "
+                          "`agentstate migrate` runs on it.")
     # Postgres pool (ignored on SQLite).
     # Above the steady concurrency: a connection returned to a full pool is closed, so a pool
     # smaller than the requests in flight opens (and Postgres forks) a connection per request.
@@ -135,6 +157,10 @@ class Settings(BaseSettings):
         60.0, gt=0, le=3600, description="Longest `GET /v1/events?wait=` a server grants.")
     events_heartbeat_seconds: float = Field(
         15.0, gt=0, description="An SSE stream sends a comment this often when idle.")
+    events_poll_seconds: float = Field(
+        0.5, gt=0, description="Without a LISTEN connection (a transaction pooler and no "
+                               "AGENTSTATE_DIRECT_DATABASE_URL), how often a server reads the "
+                               "newest seq of the tenants it has watchers of.")
     events_tick_seconds: float = Field(
         1.0, gt=0, description="How often a server with watchers of a tenant checks that "
                                "tenant's feed without being woken (a writer that died between "
@@ -179,9 +205,16 @@ class Settings(BaseSettings):
         1000, ge=1, description="Requests one worker serves at once (streams and long polls "
                                 "included); one more: 503 `overloaded`.")
 
+    console_enabled: bool = Field(
+        True, description="Serve the read-only audit console at /console (docs/console.md).")
+
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
     log_format: Literal["json", "text"] = "json"
     retry_after_seconds: int = Field(2, ge=1, description="Retry-After sent with 503.")
+    drain_seconds: float = Field(
+        0.0, ge=0, le=300,
+        description="On SIGTERM, answer /readyz 503 for this long while still serving, so a "
+                    "load balancer takes the server out of rotation, before shutting down.")
 
     @classmethod
     def settings_customise_sources(
@@ -197,6 +230,16 @@ class Settings(BaseSettings):
         if isinstance(source, SecretsSettingsSource) and source.secrets_dir is None:
             source.secrets_dir = secrets_dir()
         return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+    @field_validator("direct_database_url")
+    @classmethod
+    def _normalise_direct_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        url = cls._normalise_url(value)
+        if not url.startswith("postgresql"):
+            raise ValueError("must be a postgresql://... URL (Postgres itself, not the pooler)")
+        return url
 
     @field_validator("database_url")
     @classmethod
@@ -215,8 +258,6 @@ class Settings(BaseSettings):
             raise ValueError(f"names the {backend} database, which agentstate does not "
                              "support; use postgresql://... or sqlite:///...")
         if backend == "postgresql":
-            from app.db.pgurl import check_parameters
-
             check_parameters(make_url(url).query)  # libpq's names; unknown ones refused
         return url
 
@@ -242,6 +283,11 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+    @property
+    def pooled(self) -> bool:
+        """Postgres through a transaction pooler."""
+        return self.database_pooler == "transaction" and not self.is_sqlite
 
     @property
     def should_auto_migrate(self) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, TypeAlias, Unpack, cast
+from typing import Any, TypeAlias, cast
 
 from sqlalchemy import JSON, BigInteger, DateTime, Integer, MetaData, Row, String, Table
 from sqlalchemy.engine import Dialect
@@ -89,7 +89,7 @@ class Base(DeclarativeBase):
 
 
 # A row of any shape, as repositories return them (SQLAlchemy types rows by their columns).
-AnyRow: TypeAlias = Row[Unpack[tuple[Any, ...]]]
+AnyRow: TypeAlias = Row[*tuple[Any, ...]]
 
 
 def table(model: type[Base]) -> Table:

@@ -4,11 +4,17 @@ SQLAlchemy wraps the driver's exception (asyncpg's, sqlite3's, or an OSError fro
 once or twice; `diagnose()` walks the chain to the cause and names it with a stable `code`
 (the problem `code` of a 503, and what /readyz reports) and a sentence saying how to fix it.
 Messages name the database by its redacted URL and never carry SQL or its parameters.
+
+`unavailable()` turns such a failure into the 503 a request is answered with. It is applied
+where requests reach the database (`Database.read()` / `write()`, app/db/engine.py), so a
+failure is the same 503 whatever reached the database first: a handler, a dependency, or the
+API-key lookup of the body-limit middleware, which runs before any exception handler.
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import sqlite3
 import ssl
@@ -16,10 +22,27 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from app.core.errors import ServiceUnavailable
+
 URL_SETTING = "AGENTSTATE_DATABASE_URL"
+# Postgres SQLSTATE classes that mean "the database cannot serve this now", not a bug: 08
+# connection exceptions, 53 insufficient resources (too many connections, disk full, out of
+# memory) and 57P operator intervention (shutting down, starting up).
+_UNAVAILABLE = ("08", "53", "57P")
+# 40P01 deadlock (two batches taking the same rows in opposite orders), 40001 serialization
+# failure: Postgres rolled the transaction back, and the same request retried succeeds.
+_RETRY_NOW = ("40P01", "40001")
+# Statements the database cancelled after a wait (a lock held by a stalled peer): the request
+# may succeed when retried, so 503 + Retry-After, with a code of its own.
+_TIMEOUTS = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+# What reaching the database can raise: the driver's errors as SQLAlchemy wraps them, the
+# pool's wait for a connection, and the socket's own (asyncpg's connect raises OSError).
+FAILURES = (DBAPIError, PoolTimeout, OSError)
+
+log = logging.getLogger("agentstate.errors")
 
 
 @dataclass(frozen=True)
@@ -80,6 +103,10 @@ def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
         if isinstance(cause, sqlite3.OperationalError) and "unable to open" in text:
             return Diagnosis("database_unavailable", f"cannot open {_where(url)}: check that "
                              "its directory exists and is writable")
+        if sqlstate == "08P01" and "unsupported startup parameter" in text:
+            return Diagnosis("database_pooler", f"{_where(url)} is a connection pooler that "
+                             f"refused a setting agentstate sends at connect ({text}): set "
+                             "AGENTSTATE_DATABASE_POOLER=transaction (docs/SCALING.md)")
         if sqlstate.startswith(("08", "57P")):
             return Diagnosis("database_unavailable", f"{_where(url)}: {text}")
         if sqlstate.startswith("53"):
@@ -107,6 +134,45 @@ def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return Diagnosis("database_unavailable", f"{_where(url)}: the connection was lost")
     return None
+
+
+def _sqlstate(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None)
+    return str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
+
+
+def unavailable(exc: BaseException, url: str, retry_after: int,
+                ) -> tuple[ServiceUnavailable, Diagnosis | None] | None:
+    """The 503 (with `Retry-After`) that a failure to reach or use the database is answered
+    with, and its diagnosis; None when the failure is not the database's (a bug: a 500).
+
+    Logged here, once, as a warning; the statement and its parameters are never logged or
+    returned."""
+    if not isinstance(exc, FAILURES):
+        return None
+    sqlstate = _sqlstate(exc)
+    found = diagnose(exc, url)
+    if (isinstance(exc, DBAPIError) and not isinstance(exc, OperationalError | InterfaceError)
+            and not (exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE)
+                     or sqlstate in _TIMEOUTS or found is not None)):
+        if sqlstate not in _RETRY_NOW:
+            return None  # an integrity or programming error: ours to fix
+        log.warning("transaction rolled back by the database: %s", sqlstate)
+        return ServiceUnavailable(
+            "The database rolled this request back to break a deadlock with another; "
+            "nothing was written. Retry it.", headers={"Retry-After": "0"}), None
+    log.warning("database unavailable: %s",
+                found.message if found else f"{type(exc).__name__} {sqlstate}")
+    error = ServiceUnavailable("The database is unavailable; retry shortly.",
+                               headers={"Retry-After": str(retry_after)})
+    if sqlstate in _TIMEOUTS:
+        error.code = _TIMEOUTS[sqlstate]
+        error.detail = ("The database cancelled the statement after waiting too long (a lock "
+                        "held by another request, or a busy server); nothing was written. "
+                        "Retry shortly.")
+    elif found is not None and found.code != error.code:  # the cause, when it is known
+        error.code, error.detail = found.code, found.message[:1].upper() + found.message[1:]
+    return error, found
 
 
 def _database_name(url: str) -> str:

@@ -14,7 +14,7 @@ SQLAlchemy manages: it is begun here if no statement has begun it yet, and commi
 rolled back by the unit of work as always. Elsewhere (SQLite) it is `connection.execute`.
 
 What SQLAlchemy would otherwise do around a statement is kept:
-- the tenant guard (app/auth/tenancy.py) checks each statement when it is first compiled;
+- the tenant guard (app/db/tenancy.py) checks each statement when it is first compiled;
 - a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
   would raise (a lost connection invalidated first), so app/http/problems.py answers as for
   any statement;
@@ -35,7 +35,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.dml import Insert
 
-from app.auth.tenancy import require_scoped
+from app.db.tenancy import require_scoped
 
 Params = Mapping[str, Any]
 # Where a positional parameter's value comes from: (the caller's parameter, its index in an
@@ -182,17 +182,33 @@ async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                 connection_invalidated=lost, dialect=dialect) from error
 
 
-def _adapter_supported() -> bool:
-    """Whether SQLAlchemy's asyncpg adapter has the private members `_run` uses.
-    A SQLAlchemy release that renames them sends every statement down SQLAlchemy's own path
-    instead of failing requests (tests/test_direct.py fails then, to say so)."""
+# The private members of SQLAlchemy's asyncpg adapter that `_run` uses, checked against
+# SQLAlchemy 2.1.9 (pyproject.toml bounds the version to that series). A release that renames
+# them sends every statement down SQLAlchemy's own path instead of failing requests; the
+# start-up log says so (`fallback_reason`), and tests/test_direct.py fails.
+_MEMBERS = ("_transaction", "_start_transaction", "_handle_exception", "_connection",
+            "autocommit")
+
+
+def _missing_members() -> tuple[str, ...]:
     from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection as adapter
 
-    return all(hasattr(adapter, name) for name in (
-        "_transaction", "_start_transaction", "_handle_exception", "_connection", "autocommit"))
+    return tuple(name for name in _MEMBERS if not hasattr(adapter, name))
 
 
-_SUPPORTED = _adapter_supported()
+_MISSING = _missing_members()
+_SUPPORTED = not _MISSING
+
+
+def fallback_reason(dialect: Any) -> str | None:
+    """Why the hot writes on this dialect take SQLAlchemy's path although its driver is
+    asyncpg (None: they take the direct one, or the driver is not asyncpg)."""
+    if _SUPPORTED or dialect.driver != "asyncpg":
+        return None
+    import sqlalchemy
+
+    return (f"SQLAlchemy {sqlalchemy.__version__}'s asyncpg adapter has no "
+            f"{', '.join(_MISSING)}")
 
 
 def _direct(connection: AsyncConnection) -> bool:

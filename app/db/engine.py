@@ -4,23 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from collections.abc import AsyncIterator, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import InvalidatePoolError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_
 
+from app.core.errors import ServiceUnavailable
 from app.core.jsonutil import dumps, sqlite_contains, sqlite_json_equal
-from app.core.settings import Settings, data_dir
-from app.db.diagnosis import Diagnosis
+from app.core.settings import Settings, data_dir, sqlite_file
+from app.db.diagnosis import FAILURES, Diagnosis, unavailable
 
 _LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
@@ -41,7 +48,7 @@ def build_engine(settings: Settings) -> AsyncEngine:
         )
         _configure_sqlite(engine, settings)
         return engine
-    from app.db.pgurl import translate
+    from app.core.pgurl import translate
 
     query, from_url = translate(url.query)
     url = url.set(query=query)
@@ -53,6 +60,16 @@ def build_engine(settings: Settings) -> AsyncEngine:
         "idle_in_transaction_session_timeout": str(settings.idle_in_transaction_timeout_ms),
         **from_url.pop("server_settings", {}),
     }
+    per_transaction: dict[str, str] = {}
+    if settings.pooled:
+        # A transaction pooler refuses startup parameters (PgBouncer takes application_name
+        # and a few others), and a server connection's session belongs to whoever holds it
+        # next: every setting is set again in each transaction, with SET LOCAL.
+        per_transaction = {name: value for name, value in server_settings.items()
+                           if name != "application_name"}
+        server_settings = {"application_name": server_settings["application_name"]}
+        from_url.update(POOLED_CONNECT_ARGS,
+                        connection_class=_per_transaction_connection(per_transaction))
     # The last resort for a statement that never returns: `database_timeout` beyond the
     # statement timeout (none when statements may run for ever, as migrations do). A
     # partition is found sooner, by TCP (see _detect_partitions).
@@ -78,14 +95,48 @@ def build_engine(settings: Settings) -> AsyncEngine:
     return engine
 
 
-def sqlite_file(database: str | None, query: Any) -> Path | None:
-    """The file of a SQLite URL's database (None: in memory); `file:` URIs (`?uri=true`)
-    included."""
-    if not database or database == ":memory:" or "mode=memory" in str(query):
-        return None
-    if query.get("uri") and database.startswith("file:"):
-        database = database.removeprefix("file:").split("?", 1)[0]
-    return Path(database).expanduser()
+# Through a transaction pooler a prepared statement may not outlive its transaction: the next
+# transaction of the same client may run on another server connection, and the server
+# connection goes on to other clients with whatever was prepared on it. asyncpg's cache off
+# (its statements, the direct path's included, use the unnamed statement, replaced by the
+# next one), SQLAlchemy's cache off, and SQLAlchemy's explicit prepares unnamed too. Every
+# statement then costs a Parse round trip before its Bind, inside its transaction (the
+# server connection stays the client's until the transaction ends).
+POOLED_CONNECT_ARGS: dict[str, Any] = {
+    "statement_cache_size": 0,
+    "prepared_statement_cache_size": 0,
+    "prepared_statement_name_func": lambda: "",
+}
+_SETTING_NAME = re.compile(r"^[a-z_][a-z0-9_.]*$")
+
+
+def _per_transaction_connection(values: dict[str, str]) -> type[Any]:
+    """An asyncpg connection class whose every BEGIN also `SET LOCAL`s `values`: the same
+    simple-query message, so the same round trip (`BEGIN; SET LOCAL ...; SET LOCAL ...`).
+
+    Every transaction begins in asyncpg's `Transaction.start`, which sends `BEGIN ...;` with
+    `Connection.execute`: SQLAlchemy's adapter and the direct path (app/db/direct.py) both
+    begin that way. A connection in autocommit begins nothing, which is why reads run in
+    transactions through a pooler (`Database`). `connection_class` is asyncpg's own
+    extension point.
+    """
+    import asyncpg  # type: ignore[import-untyped]  # no stubs
+
+    for name in values:
+        if not _SETTING_NAME.match(name):
+            raise ValueError(f"{name!r} is not a Postgres setting name")
+    suffix = " ".join(f"SET LOCAL {name} = '{value.replace(chr(39), chr(39) * 2)}';"
+                      for name, value in values.items())
+
+    class PerTransactionSettings(asyncpg.Connection):  # type: ignore[misc]
+        __slots__ = ()
+
+        async def execute(self, query: str, *args: Any, timeout: float | None = None) -> Any:
+            if not args and query.startswith("BEGIN") and query.endswith(";"):
+                query = f"{query} {suffix}"
+            return await super().execute(query, *args, timeout=timeout)
+
+    return PerTransactionSettings
 
 
 def _private_file(path: Path) -> None:
@@ -205,7 +256,10 @@ class Database:
         # Postgres reads run in autocommit: under READ COMMITTED every statement takes its
         # own snapshot even inside a transaction, so BEGIN/ROLLBACK around a read only cost
         # two round trips. SQLite keeps its deferred transaction: there it pins a snapshot.
-        self._reads = (self.engine if self.engine.dialect.name == "sqlite"
+        # Through a transaction pooler they run in transactions too: outside one, the pooler
+        # may give a statement's Bind another server connection than its Parse, and the
+        # per-transaction settings (the statement timeout) would not apply.
+        self._reads = (self.engine if self.engine.dialect.name == "sqlite" or settings.pooled
                        else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
         # Begun by the first statement like any connection, but as BEGIN IMMEDIATE on SQLite.
         self._writes = self.engine.execution_options(**{WRITE: True})
@@ -225,20 +279,54 @@ class Database:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
         """A connection for reads. Closing it ends SQLite's read transaction; on Postgres
-        each statement commits by itself."""
-        async with self._reads.connect() as connection:
-            yield connection
+        each statement commits by itself. A database that cannot be reached or used is a
+        503 `ServiceUnavailable` (see `unavailable`), from the connect to the last statement."""
+        with self._answered():
+            async with self._reads.connect() as connection:
+                yield connection
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction, begun by its first statement; the caller commits. Anything
-        not committed (an exception, an early return) is rolled back on the way out."""
-        async with self._writer(), self._writes.connect() as connection:
-            yield connection
+        not committed (an exception, an early return) is rolled back on the way out. Failures
+        of the database are a 503, as in `read`."""
+        with self._answered():
+            async with self._writer(), self._writes.connect() as connection:
+                yield connection
+
+    @contextmanager
+    def _answered(self) -> Iterator[None]:
+        try:
+            yield
+        except FAILURES as exc:
+            error = self.unavailable(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    def unavailable(self, exc: BaseException) -> ServiceUnavailable | None:
+        """The 503 that this failure of the database is answered with (None: it is not one,
+        a bug). A full disk, a read-only or a failing file system is also kept for /readyz."""
+        answer = unavailable(exc, self.settings.database_url, self.settings.retry_after_seconds)
+        if answer is None:
+            return None
+        error, found = answer
+        if found is not None and found.code in ("disk_full", "read_only", "storage_error"):
+            self.storage_problem = found
+        return error
 
     def _writer(self) -> AbstractAsyncContextManager[object]:
         """Held around a write transaction: the SQLite write queue, nothing on Postgres."""
         return self._write_lock if self._write_lock is not None else nullcontext()
+
+    async def statement_timeout_ms(self) -> int | None:
+        """The statement timeout a read connection runs with (None on SQLite)."""
+        if self.dialect != "postgresql":
+            return None
+        async with self.read() as connection:
+            found = await connection.scalar(text(
+                "SELECT setting FROM pg_settings WHERE name = 'statement_timeout'"))
+        return int(found or 0)
 
     @property
     def dialect(self) -> str:

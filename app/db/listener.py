@@ -5,6 +5,10 @@ Watchers never hold a database connection while they wait: they wait on the in-p
 '<tenant>'` (sent by the sequencer when it numbers a tenant's events). If the connection is
 lost, it reconnects with back-off and reports `on_reconnect`, since notifications sent
 meanwhile are lost: the feed then wakes every watcher to read again.
+
+A transaction pooler cannot carry a LISTEN (the session it runs in goes to the next client
+at once), so through one the listener connects to AGENTSTATE_DIRECT_DATABASE_URL, and
+without that there is no listener: the feed polls (`listen_url`).
 """
 
 from __future__ import annotations
@@ -17,14 +21,37 @@ from typing import Any
 import asyncpg  # type: ignore[import-untyped]  # no stubs; used for LISTEN only
 from sqlalchemy.engine import make_url
 
+from app.core.pgurl import translate
+from app.core.settings import Settings
+
 log = logging.getLogger("agentstate.feed")
 CHANNEL = "agentstate_events"
+
+
+def listen_url(settings: Settings) -> str | None:
+    """The URL to LISTEN on: the direct one when configured, else the database URL unless
+    that goes through a transaction pooler (None: poll instead)."""
+    if settings.direct_database_url:
+        return settings.direct_database_url
+    return None if settings.pooled else settings.database_url
+
+
+def connect_arguments(database_url: str) -> dict[str, Any]:
+    """asyncpg.connect() arguments for a URL as the engine reads it: libpq's parameters
+    (sslmode, options, ...) translated, several hosts with target_session_attrs kept."""
+    url = make_url(database_url)
+    query, translated = translate(url.query)
+    url = url.set(query=query)
+    _, arguments = url.get_dialect()().create_connect_args(url)
+    arguments.pop("prepared_statement_cache_size", None)
+    translated.pop("statement_cache_size", None)
+    return {**arguments, **translated}
 
 
 class Listener:
     def __init__(self, database_url: str, on_notify: Callable[[str], None],
                  on_reconnect: Callable[[], None], connect_timeout: float = 5.0) -> None:
-        self.url = make_url(database_url)
+        self.arguments = connect_arguments(database_url)
         self.on_notify = on_notify
         self.on_reconnect = on_reconnect
         self.connect_timeout = connect_timeout
@@ -53,11 +80,10 @@ class Listener:
         while True:
             lost = asyncio.Event()
             try:
-                self._connection = await asyncpg.connect(
-                    host=self.url.host, port=self.url.port or 5432, user=self.url.username,
-                    password=self.url.password, database=self.url.database,
-                    timeout=self.connect_timeout,
-                    server_settings={"application_name": "agentstate-listener"})
+                self._connection = await asyncpg.connect(**{
+                    "timeout": self.connect_timeout, **self.arguments,
+                    "server_settings": {**self.arguments.get("server_settings", {}),
+                                        "application_name": "agentstate-listener"}})
                 self._connection.add_termination_listener(lambda _c, lost=lost: lost.set())
                 await self._connection.add_listener(CHANNEL, self._notified)
             except Exception as exc:  # noqa: BLE001 - whatever failed to connect: retry

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.auth.principal import Principal
+from app.core.principal import Principal
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,15 @@ read everything it waits here on its tenant's signal, holding no database connec
 signal is raised when the tenant's feed may have grown:
 
 - on Postgres, by the process's one `Listener` when the sequencer (run by any process)
-  NOTIFYs that it numbered the tenant's events;
+  NOTIFYs that it numbered the tenant's events; through a transaction pooler with no direct
+  URL to LISTEN on, by a poll of the watched tenants' newest seqs (one statement every
+  `events_poll_seconds`, which bounds the delivery latency of other servers' writes);
 - on SQLite, by the write dependency after it commits (and by the tick, for other processes).
 
 Writers call `written(tenant)` after they committed events. On Postgres that schedules one
 sequencing pass per tenant (coalesced: while a pass runs, more writes only mark it to run
-again), which numbers what is ready and NOTIFYs every server. A tick every
+again, and a pass waits `COALESCE_SECONDS` for the writes that follow), which numbers what is
+ready and NOTIFYs every server. A tick every
 `events_tick_seconds` runs a pass for each tenant this process has watchers of, so an event
 whose writer died between its commit and its pass is still delivered within a tick.
 """
@@ -25,10 +28,11 @@ from typing import Any
 
 from app.core.settings import Settings
 from app.db.engine import Database
-from app.db.listener import Listener
+from app.db.listener import Listener, listen_url
 from app.events.repository import EventRepository
 
 log = logging.getLogger("agentstate.feed")
+COALESCE_SECONDS = 0.02  # how long a write's sequencing pass waits for the writes after it
 
 
 class Feed:
@@ -43,6 +47,7 @@ class Feed:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reads: dict[Hashable, asyncio.Future[Any]] = {}
         self._tick: asyncio.Task[None] | None = None
+        self._poll: asyncio.Task[None] | None = None
         self.listener: Listener | None = None
         # The server is shutting down: streams and long polls end instead of holding the
         # shutdown until its graceful timeout (clients resume elsewhere from their cursor).
@@ -54,12 +59,10 @@ class Feed:
         self._tick = asyncio.create_task(self._ticking(), name="agentstate-feed-tick")
 
     async def stop(self) -> None:
-        if self._tick is not None:
-            self._tick.cancel()
-        for task in list(self._tasks):
+        loops = [task for task in (self._tick, self._poll) if task is not None]
+        for task in [*loops, *self._tasks]:
             task.cancel()
-        await asyncio.gather(*([self._tick] if self._tick else []), *self._tasks,
-                             return_exceptions=True)
+        await asyncio.gather(*loops, *self._tasks, return_exceptions=True)
         if self.listener is not None:
             await self.listener.stop()
         self.wake_all()
@@ -79,10 +82,14 @@ class Feed:
         """Count a watcher of `tenant` while it is open (the tick serves watched tenants).
         The first watcher of the process opens the listener connection: a server nobody
         watches holds none."""
-        if self.postgres and self.listener is None:
-            self.listener = Listener(self.settings.database_url, self.wake, self.wake_all,
-                                     self.settings.connect_timeout)
-            self.listener.start()
+        if self.postgres and self.listener is None and self._poll is None:
+            url = listen_url(self.settings)
+            if url is None:
+                self._poll = asyncio.create_task(self._polling(), name="agentstate-feed-poll")
+            else:
+                self.listener = Listener(url, self.wake, self.wake_all,
+                                         self.settings.connect_timeout)
+                self.listener.start()
         self._watchers[tenant] = self._watchers.get(tenant, 0) + 1
         try:
             yield
@@ -139,6 +146,9 @@ class Feed:
 
     async def _sequence(self, tenant: str) -> None:
         try:
+            # Writes of the next moment share this pass (a LangGraph turn is three writes in
+            # a row): a watcher hears of them that much later, a writer pays a third.
+            await asyncio.sleep(COALESCE_SECONDS)
             while True:
                 try:
                     await self.pass_for(tenant)
@@ -161,6 +171,24 @@ class Feed:
             self._heads[tenant] = head
             self.wake(tenant)
         return head
+
+    async def _polling(self) -> None:
+        """Wake the watched tenants whose newest seq grew, read for all of them at once."""
+        while True:
+            await asyncio.sleep(self.settings.events_poll_seconds)
+            tenants = list(self._watchers)
+            if not tenants:
+                continue
+            try:
+                async with self.db.read() as connection:
+                    heads = await EventRepository(connection, "").heads(tenants)
+            except Exception as exc:  # noqa: BLE001 - the next poll tries again
+                log.warning("feed poll failed", extra={"error": type(exc).__name__})
+                continue
+            for tenant, head in heads.items():
+                if head > self._heads.get(tenant, 0):
+                    self._heads[tenant] = head
+                    self.wake(tenant)
 
     async def _ticking(self) -> None:
         while True:

@@ -27,6 +27,10 @@ _COLUMNS = ("tenant_id", "actor", "type", "resource", "revision", "thread_id", "
 SEQUENCE_BATCH = 5000
 _SEQUENCE = (text("SELECT agentstate_sequence_events(:tenant, :limit) AS head")
              .columns(column("head", BigInteger)))
+# One index probe per tenant (the newest seq of each), not a scan of their events.
+_HEADS = (text("SELECT t.tenant, (SELECT max(seq) FROM events WHERE tenant_id = t.tenant) AS head"
+               " FROM unnest(CAST(:tenants AS text[])) AS t(tenant)")
+          .columns(column("tenant"), column("head", BigInteger)))
 _OUT = (e.c.seq, e.c.at, e.c.type, e.c.thread_id, e.c.resource, e.c.revision, e.c.actor)
 
 
@@ -70,15 +74,25 @@ class EventRepository:
     async def sequence(self) -> int:
         """Number the tenant's committed events that have no seq yet and return the tenant's
         newest seq: everything committed before this call is visible to reads after it. One round trip, its own
-        transaction: the connection must be in autocommit (a read connection). SQLite
-        numbers at insert time, so this only reads the newest seq."""
+        transaction: the connection must be a read connection (in autocommit, or through a
+        transaction pooler in a transaction this commits). SQLite numbers at insert time, so
+        this only reads the newest seq."""
         if self.connection.dialect.name != "postgresql":
             return await self.head()
         # A tenant with more than a batch ready gets the rest on the next call: every
         # reader and the feed's sequencing pass call this before they read.
         row = await direct.first(self.connection, _SEQUENCE,
                                  {"tenant": self.tenant_id, "limit": SEQUENCE_BATCH})
+        # Through a pooler the read is a transaction: commit the numbering and free the
+        # tenant's sequencing lock now (in autocommit this sends nothing).
+        await self.connection.commit()
         return int(row[0] or 0)
+
+    async def heads(self, tenants: Sequence[str]) -> dict[str, int]:
+        """The newest seq of each of `tenants` (without numbering anything), one statement:
+        what a server without a LISTEN connection polls."""
+        rows = (await self.connection.execute(_HEADS, {"tenants": list(tenants)})).all()
+        return {row.tenant: int(row.head or 0) for row in rows}
 
     async def head(self) -> int:
         """The tenant's newest seq (0 before its first event)."""

@@ -10,6 +10,7 @@ from app.core.schemas import INT64_MAX, NAME_PATTERN
 from app.events.schemas import EventPage, EventType
 from app.events.service import EventWatch, Filters
 from app.http.dependencies import DatabaseDep, FeedDep, ReadAccess, SettingsDep
+from app.http.negotiation import accepts
 from app.http.pagination import Cursor, Limit, set_next_link
 from app.http.problems import responses
 
@@ -60,10 +61,11 @@ async def stream_events(
     """Every event after the cursor, then each one as it commits, as `text/event-stream`:
     `id:` is the event's cursor, `data:` the event as in `GET /v1/events`; a comment line
     is sent every heartbeat interval while nothing happens."""
-    # A stream never ends: only a client that asks for one (`Accept: text/event-stream`, as
-    # EventSource sends) gets it.
-    if "text/event-stream" not in request.headers.get("accept", ""):
-        raise NotAcceptable("GET /v1/events/stream answers only `Accept: text/event-stream`.")
+    # A stream never ends: it is refused (406) to a client whose Accept excludes it (only
+    # other types, or q=0); `*/*` (curl, httpx), `text/*` and no Accept take it.
+    if not accepts(request.headers.getlist("accept"), "text/event-stream"):
+        raise NotAcceptable("GET /v1/events/stream answers only text/event-stream, which "
+                            "this request's Accept excludes; send Accept: text/event-stream.")
     filters = Filters(thread_id, list(type) if type else None, resource_prefix)
     watch = EventWatch(db, feed, principal, settings)
     start = await watch.start(last_event_id or cursor, after)  # a bad cursor is a 400 here

@@ -14,9 +14,9 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from app.auth.principal import Principal
 from app.core.errors import InvalidCursor
 from app.core.pagination import bad_cursor, decode_cursor, encode_cursor
+from app.core.principal import Principal
 from app.core.settings import Settings
 from app.db.engine import Database
 from app.db.unit import UnitOfWork

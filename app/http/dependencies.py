@@ -14,12 +14,12 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.auth.principal import Principal
-from app.auth.tenancy import request_tenant
 from app.core.errors import Forbidden, InvalidHeader, Unauthorized
+from app.core.principal import Principal
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
 from app.db.engine import Database
+from app.db.tenancy import request_tenant
 from app.db.unit import UnitOfWork
 from app.events.feed import Feed
 from app.events.repository import EventRepository

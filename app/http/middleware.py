@@ -100,8 +100,7 @@ class RequestContextMiddleware:
             await response(scope, receive, send_with_id)
         finally:
             elapsed = time.perf_counter() - started
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
+            template = route_template(scope)
             method = scope["method"]
             self.metrics.requests.labels(method, template, str(status)).inc()
             self.metrics.latency.labels(method, template).observe(elapsed)
@@ -191,7 +190,12 @@ class RequestShapeMiddleware:
         if method == "OPTIONS":
             await Response(status_code=204, headers=extra)(scope, receive, send)
         elif method == "HEAD" and "GET" in methods:
-            await self.app({**scope, "method": "GET"}, receive, _without_body(send))
+            as_get = {**scope, "method": "GET"}
+            try:
+                await self.app(as_get, receive, _without_body(send))
+            finally:
+                if "route" in as_get:  # the route that answered, for the metrics' label
+                    scope["route"] = as_get["route"]
         else:
             refusal = problem_from_status(
                 405, f"{method} is not allowed here; Allow: {allow}.", headers=extra)
@@ -211,6 +215,21 @@ class RequestShapeMiddleware:
                         f"Query parameter {name.replace(chr(0), '?')!r} contains U+0000.",
                         errors=[{"parameter": name.replace("\x00", ""), "code": "invalid_string",
                                  "message": "U+0000 is not allowed in a string"}])
+
+
+def route_template(scope: Scope) -> str:
+    """The path of the route that answered, as the OpenAPI document writes it
+    (`/v1/threads/{thread_id}`, never a converter's `{checkpoint_id:checkpoint_id}`): the
+    `route` label of the metrics and the access log. FastAPI names its own routes in the
+    scope; the application's plain routes (`/docs`, `/openapi.json`) are found by matching
+    them. "unmatched": no route answered (a path no route has, or a request this module
+    answers before routing: OPTIONS, 405, 414)."""
+    route = scope.get("route")
+    if route is None and "app" in scope:
+        route = next((candidate for candidate in scope["app"].routes
+                      if hasattr(candidate, "path_format")
+                      and candidate.matches(scope)[0] == Match.FULL), None)
+    return getattr(route, "path_format", None) or "unmatched"
 
 
 def _without_body(send: Send) -> Send:

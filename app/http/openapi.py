@@ -89,6 +89,23 @@ EXAMPLES: dict[str, Any] = {
                             "task_path": "~__pregel_pull, agent",
                             "writes": [{"idx": 0, "channel": "messages", "type": "msgpack",
                                         "data": "kQ=="}]},
+    "batchCheckpoints": {
+        "checkpoints": [{
+            "checkpoint_ns": "", "checkpoint_id": "1f0c2a7e-5b1d-6c3e-8002-9a2b3c4d5e6f",
+            "parent_checkpoint_id": "1f0c2a7e-5b1d-6c3e-8001-9a2b3c4d5e6f",
+            "checkpoint": {"v": 4, "ts": "2026-11-30T12:00:01+00:00",
+                           "channel_versions": {"messages": "0000000000000002.0c1d2e3f4a5b"},
+                           "versions_seen": {}, "updated_channels": ["messages"]},
+            "metadata": {"source": "loop", "step": 0, "run_id": "run-1"},
+            "values": [{"channel": "messages", "version": "0000000000000002.0c1d2e3f4a5b",
+                        "type": "agentstate.list",
+                        "base_version": "0000000000000001.a1b2c3d4e5f6",
+                        "items": [{"type": "msgpack", "data": "kg=="}]}]}],
+        "writes": [{"checkpoint_id": "1f0c2a7e-5b1d-6c3e-8002-9a2b3c4d5e6f",
+                    "checkpoint_ns": "", "task_id": "task-2",
+                    "task_path": "~__pregel_pull, agent",
+                    "writes": [{"idx": 0, "channel": "messages", "type": "msgpack",
+                                "data": "kw=="}]}]},
     "pruneCheckpoints": {"keep": 1},
     "copyCheckpoints": {"thread_id": "support-42-copy"},
     "getCheckpointItems": {"digests": ["0123456789abcdef0123456789abcdef"]},
@@ -124,6 +141,23 @@ def operation_id(route: APIRoute) -> str:
 def _header(name: str) -> dict[str, Any]:
     description, required = _HEADERS[name]
     return {"description": description, "required": required, "schema": {"type": "string"}}
+
+
+def _without_null(parameter: dict[str, Any]) -> None:
+    """An optional query or header parameter (`str | None`) is `anyOf: [..., null]` as
+    FastAPI writes it, but a query string or a header cannot carry a null: leaving the
+    parameter out is the None. So the schema is what a present value must be. With the
+    null branch in, the schema said `?thread_id=false` (a boolean, as a fuzzer reads the
+    anyOf) is not allowed, while the server rightly reads it as the thread id "false"."""
+    schema = parameter.get("schema", {})
+    branches = schema.get("anyOf")
+    if parameter["in"] not in ("query", "header") or not branches:
+        return
+    kept = [branch for branch in branches if branch != {"type": "null"}]
+    if len(kept) == len(branches):
+        return
+    rest = {key: value for key, value in schema.items() if key != "anyOf"}
+    parameter["schema"] = {**kept[0], **rest} if len(kept) == 1 else {"anyOf": kept, **rest}
 
 
 def _complete_operation(path: str, method: str, op: dict[str, Any]) -> None:
@@ -166,6 +200,7 @@ def _complete_operation(path: str, method: str, op: dict[str, Any]) -> None:
         need("200", "Link")
 
     for parameter in op.get("parameters", []):
+        _without_null(parameter)
         if parameter["in"] == "header" and parameter["name"] in HEADER_PATTERNS:
             description = parameter["schema"].get("description")
             parameter["schema"] = {"type": "string", "pattern": HEADER_PATTERNS[parameter["name"]]}

@@ -1,4 +1,4 @@
-"""What `agentstate serve` adds around the application to be safe by default (issue 13).
+"""What `agentstate serve` adds around the application to be safe by default.
 
 - DNS rebinding: a server that may run open (no keys required) answers only loopback `Host`
   names, so a web page whose domain is made to resolve to 127.0.0.1 cannot read it through

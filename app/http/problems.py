@@ -9,37 +9,17 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.core.errors import (
     AppError,
     InvalidJson,
-    ServiceUnavailable,
     Unprocessable,
     problem_from_status,
 )
-from app.db.diagnosis import diagnose
-
-# Postgres SQLSTATE classes that mean "the database cannot serve this now", not a bug: 08
-# connection exceptions, 53 insufficient resources (too many connections, disk full, out of
-# memory) and 57P operator intervention (shutting down, starting up).
-_UNAVAILABLE = ("08", "53", "57P")
-# 40P01 deadlock (two batches taking the same rows in opposite orders), 40001 serialization
-# failure: Postgres rolled the transaction back, and the same request retried succeeds.
-_RETRY_NOW = ("40P01", "40001")
-
-# Statements the database cancelled after a wait (a lock held by a stalled peer): the request
-# may succeed when retried, so 503 + Retry-After, with a code of its own.
-_TIMEOUTS = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+from app.db.diagnosis import FAILURES
 
 log = logging.getLogger("agentstate.errors")
-
-
-def _sqlstate(exc: Exception) -> str:
-    orig = getattr(exc, "orig", None)
-    return str(getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None) or "")
 PROBLEM_JSON = "application/problem+json"
 
 
@@ -74,6 +54,8 @@ DESCRIPTIONS = {
     410: "The thread was deleted.",
     412: "Precondition failed (If-Match / If-None-Match).",
     413: "Body too large.",
+    414: "The request URI is longer than 8 KiB (its query parameters, e.g. many long channel "
+         "names).",
     415: "Content-Type is not JSON.",
     422: "Body or parameters break the schema or a limit.",
     428: "If-Match (or If-None-Match: *) is required.",
@@ -134,7 +116,7 @@ def validation_error(errors: list[dict[str, Any]]) -> AppError:
     return error
 
 
-def install_handlers(app: FastAPI, retry_after: int) -> None:
+def install_handlers(app: FastAPI) -> None:
     async def app_error(request: Request, exc: Exception) -> JSONResponse:
         assert isinstance(exc, AppError)
         return problem_response(exc, request.url.path)
@@ -152,44 +134,16 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
         return response
 
     async def database_error(request: Request, exc: Exception) -> JSONResponse:
-        # Connection-level failures are the database being away, not a bug: 503 + Retry-After.
-        # The statement and its parameters are never logged or returned.
-        sqlstate = _sqlstate(exc)
-        found = diagnose(exc, request.app.state.settings.database_url)
-        log.warning("database unavailable: %s",
-                    found.message if found else f"{type(exc).__name__} {sqlstate}")
-        error = ServiceUnavailable(
-            "The database is unavailable; retry shortly.",
-            headers={"Retry-After": str(retry_after)},
-        )
-        if sqlstate in _TIMEOUTS:
-            error.code = _TIMEOUTS[sqlstate]
-            error.detail = ("The database cancelled the statement after waiting too long "
-                            "(a lock held by another request, or a busy server); nothing was "
-                            "written. Retry shortly.")
-        elif found is not None and found.code != error.code:  # the cause, when it is known
-            error.code, error.detail = found.code, found.message[:1].upper() + found.message[1:]
-        if found is not None and found.code in ("disk_full", "read_only", "storage_error"):
-            request.app.state.db.storage_problem = found  # for /readyz
+        # A failure that did not pass through Database.read() / write(), which answer it
+        # themselves: the same 503 (app/db/diagnosis.py), or a 500 when it is a bug.
+        error = request.app.state.db.unavailable(exc)
+        if error is None:
+            log.error("unhandled %s", type(exc).__name__, exc_info=exc)
+            response = problem_response(AppError("An unexpected error occurred."),
+                                        request.url.path)
+            response.headers["Connection"] = "close"
+            return response
         return problem_response(error, request.url.path)
-
-    async def dbapi_error(request: Request, exc: Exception) -> JSONResponse:
-        assert isinstance(exc, DBAPIError)
-        sqlstate = _sqlstate(exc)
-        if (exc.connection_invalidated or sqlstate.startswith(_UNAVAILABLE)
-                or sqlstate in _TIMEOUTS
-                or diagnose(exc, request.app.state.settings.database_url) is not None):
-            return await database_error(request, exc)
-        if sqlstate in _RETRY_NOW:
-            log.warning("transaction rolled back by the database: %s", sqlstate)
-            return problem_response(ServiceUnavailable(
-                "The database rolled this request back to break a deadlock with another; "
-                "nothing was written. Retry it.", headers={"Retry-After": "0"}),
-                request.url.path)
-        log.error("unhandled %s", type(exc).__name__, exc_info=exc)
-        response = problem_response(AppError("An unexpected error occurred."), request.url.path)
-        response.headers["Connection"] = "close"
-        return response
 
     # Any other exception reaches app.http.middleware.RequestContextMiddleware (a 500 with
     # X-Request-ID and Connection: close). Not a handler for Exception here: Starlette hands
@@ -197,6 +151,5 @@ def install_handlers(app: FastAPI, retry_after: int) -> None:
     app.add_exception_handler(AppError, app_error)
     app.add_exception_handler(RequestValidationError, request_validation)
     app.add_exception_handler(StarletteHTTPException, http_error)
-    for exc_type in (OperationalError, InterfaceError, PoolTimeout, OSError, TimeoutError):
+    for exc_type in FAILURES:
         app.add_exception_handler(exc_type, database_error)
-    app.add_exception_handler(DBAPIError, dbapi_error)

@@ -16,12 +16,12 @@ from app.core.errors import Forbidden, Unprocessable
 from app.core.mergepatch import merge_patch
 from app.core.pagination import Page, decode_name_cursor, split_page
 from app.core.revisions import Preconditions, RevisionedResource
-from app.core.secretbox import SecretBox, require_box
+from app.core.secretbox import SecretBox, require_box, require_opener
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.mcp_servers.errors import UnknownSecret
-from app.mcp_servers.repository import McpServerRepository
+from app.mcp_servers.repository import McpServerRepository, StoredSecretsRepository
 from app.mcp_servers.schemas import MASK, McpServerOut, McpServerPatch, McpServerReplace
 
 CURSOR = "mcp_servers"
@@ -55,7 +55,7 @@ class McpServerService:
     def _stored_secrets(self, row: Any) -> dict[str, str]:
         if row is None or row.secrets is None:
             return {}
-        return require_box(self.box).open(self._owner(row.server_name), row.secrets)
+        return require_opener(self.box).open(self._owner(row.server_name), row.secrets)
 
     def _secret_columns(self, server_name: str, current: Any,
                         incoming: dict[str, str | None] | None, *, patch: bool) -> dict[str, Any]:
@@ -168,8 +168,7 @@ async def rotate_batch(connection: AsyncConnection, box: SecretBox, after_id: in
     Returns the last row id seen (None when done), how many were rotated, and the
     `tenant/server` names no configured key opens (names only, never values).
     """
-    # Key rotation crosses tenants: the repository's tenant is not used by these two calls.
-    repo = McpServerRepository(connection, "")
+    repo = StoredSecretsRepository(connection)
     rows = await repo.ciphertexts_after(after_id, limit)
     rotated, unreadable = 0, []
     for row in rows:

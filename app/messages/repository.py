@@ -38,7 +38,7 @@ from app.messages.schemas import RENDERED_COLUMNS, MessageIn
 from app.threads.models import Thread
 
 m = table(Message)
-th = table(Thread)
+t = table(Thread)
 # Where a parent link points: (thread id, seq) of the message it names.
 Parent = tuple[str, int]
 # Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
@@ -277,9 +277,9 @@ class MessageRepository:
         if not ids:
             return []
         return list((await self.connection.execute(
-            select(m.c.message_id, m.c.thread_pk, th.c.thread_id, m.c.seq)
-            .select_from(m.join(th, (th.c.id == m.c.thread_pk)
-                                & (th.c.tenant_id == self.tenant_id)))
+            select(m.c.message_id, m.c.thread_pk, t.c.thread_id, m.c.seq)
+            .select_from(m.join(t, (t.c.id == m.c.thread_pk)
+                                & (t.c.tenant_id == self.tenant_id)))
             .where(m.c.tenant_id == self.tenant_id, m.c.message_id.in_(ids))
         )).all())
 
@@ -289,8 +289,8 @@ class MessageRepository:
         parent exists and its commit. The ones still live."""
         if not thread_pks:
             return set()
-        stmt = select(th.c.id).where(th.c.tenant_id == self.tenant_id,
-                                     th.c.id.in_(sorted(thread_pks)), th.c.deleted_at.is_(None))
+        stmt = select(t.c.id).where(t.c.tenant_id == self.tenant_id,
+                                    t.c.id.in_(sorted(thread_pks)), t.c.deleted_at.is_(None))
         if dialect_name(self.connection) == "postgresql":
             stmt = stmt.with_for_update(read=True)
         return set((await self.connection.scalars(stmt)).all())
@@ -307,9 +307,9 @@ class MessageRepository:
             where += [m.c.parent_seq.in_(seqs),
                       ~((m.c.thread_pk == thread_pk) & m.c.seq.in_(seqs))]
         found = (await self.connection.execute(
-            select(th.c.thread_id, m.c.message_id)
-            .select_from(m.join(th, (th.c.id == m.c.thread_pk)
-                                & (th.c.tenant_id == self.tenant_id)))
+            select(t.c.thread_id, m.c.message_id)
+            .select_from(m.join(t, (t.c.id == m.c.thread_pk)
+                                & (t.c.tenant_id == self.tenant_id)))
             .where(*where).limit(1))).first()
         return (found.thread_id, found.message_id) if found is not None else None
 
@@ -317,7 +317,7 @@ class MessageRepository:
         """The message at `start` (thread id, seq) and the ones before it along parent links,
         newest first, at most `limit`: one recursive query, each step two index lookups
         (the parent's thread by its id, the message by its key). Rows carry `thread_id`."""
-        t1, m1 = th.alias("t1"), m.alias("m1")
+        t1, m1 = t.alias("t1"), m.alias("m1")
         depth = literal(0, BigInteger).label("depth")
         chain = (
             select(m1.c.thread_pk, m1.c.seq, m1.c.parent_thread_id, m1.c.parent_seq, depth)
@@ -327,7 +327,7 @@ class MessageRepository:
                    m1.c.seq == start[1])
             .cte("chain", recursive=True)
         )
-        t2, m2 = th.alias("t2"), m.alias("m2")
+        t2, m2 = t.alias("t2"), m.alias("m2")
         chain = chain.union_all(
             select(m2.c.thread_pk, m2.c.seq, m2.c.parent_thread_id, m2.c.parent_seq,
                    chain.c.depth + 1)
@@ -339,10 +339,10 @@ class MessageRepository:
             .where(chain.c.depth < limit - 1)
         )
         return list((await self.connection.execute(
-            select(*m.c, th.c.thread_id)
+            select(*m.c, t.c.thread_id)
             .select_from(
                 chain.join(m, (m.c.tenant_id == self.tenant_id)
                            & (m.c.thread_pk == chain.c.thread_pk) & (m.c.seq == chain.c.seq))
-                .join(th, (th.c.tenant_id == self.tenant_id) & (th.c.id == m.c.thread_pk)))
+                .join(t, (t.c.tenant_id == self.tenant_id) & (t.c.id == m.c.thread_pk)))
             .order_by(chain.c.depth)
         )).all())

@@ -199,14 +199,15 @@ class MessageOut(RowModel):
     @staticmethod
     def _fields_of(row: Any) -> dict[str, Any]:
         compacted = row.status == "compacted"
-        return dict(
-            id=row.message_id, seq=row.seq, position=row.position, role=row.role,
-            content=row.content, item=row.item, name=row.name, tool_calls=row.tool_calls,
-            tool_call_id=row.tool_call_id, agent_name=row.agent_name, metadata=row.metadata,
-            created_at=row.created_at, status=row.status,
-            compaction_id=row.compacted_by if compacted else row.summary_of,
-            parent_id=row.parent_id,
-        )
+        return {
+            "id": row.message_id, "seq": row.seq, "position": row.position, "role": row.role,
+            "content": row.content, "item": row.item, "name": row.name,
+            "tool_calls": row.tool_calls, "tool_call_id": row.tool_call_id,
+            "agent_name": row.agent_name, "metadata": row.metadata,
+            "created_at": row.created_at, "status": row.status,
+            "compaction_id": row.compacted_by if compacted else row.summary_of,
+            "parent_id": row.parent_id,
+        }
 
     @model_serializer(mode="wrap")
     def _drop_absent(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
@@ -233,8 +234,8 @@ def render_message(row: Any) -> str:
     tests/test_messages.py holds the two renderings equal."""
     (message_id, seq, position, role, content, item, name, tool_calls, tool_call_id,
      agent_name, metadata, created_at, status, compacted_by, summary_of, parent_id) = row
-    parts = [f'{{"id":{_string(message_id)},"seq":{seq},"position":{position},'
-             f'"role":{_string(role)},"content":{content or "null"}']
+    parts = [(f'{{"id":{_string(message_id)},"seq":{seq},"position":{position},'
+              f'"role":{_string(role)},"content":{content or "null"}')]
     if item is not None and item != "null":
         parts.append(f',"item":{item}')
     if name is not None:

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
+from app.core.errors import NotReady
 from app.http.problems import responses
-from app.ops.service import check_ready
 
 router = APIRouter(tags=["operations"])
 
@@ -30,7 +30,10 @@ async def healthz() -> Health:
 @router.get("/readyz", operation_id="getReadiness", responses=responses(503), summary="Database reachable and migrated")
 async def readyz(request: Request) -> Readiness:
     state = request.app.state
-    revision = await check_ready(state.db, state.schema_head, state.settings.retry_after_seconds)
+    if state.draining:  # out of the balancer's rotation before the shutdown begins
+        raise NotReady("The server is shutting down.", cause="draining",
+                       headers={"Retry-After": str(state.settings.retry_after_seconds)})
+    revision = await state.readiness.check()
     return Readiness(status="ready", database=state.db.dialect, schema_revision=revision)
 
 

@@ -14,11 +14,19 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.core.secretbox import SecretBox, SecretKeyError, load_secret_box, secrets_status
+from app.core.secretbox import (
+    FROM_SQLITE,
+    SecretBox,
+    SecretKeyError,
+    keys_source,
+    load_secret_box,
+    secrets_status,
+)
 from app.core.settings import Settings
-from app.db import migrate
+from app.db import direct, migrate
 from app.db.diagnosis import diagnose
 from app.db.engine import Database
+from app.mcp_servers.repository import StoredSecretsRepository
 
 log = logging.getLogger("agentstate")
 
@@ -29,7 +37,11 @@ EXIT_FAILED = 1
 # Causes a restart will not cure; the database being away for a moment is not one of them.
 # Set by `agentstate serve` for its workers: the address the banner names.
 LISTEN_ADDRESS = "AGENTSTATE_LISTEN_ADDRESS"
-PERMANENT = {"database_missing", "database_auth_failed", "database_tls_failed"}
+PERMANENT = {"database_missing", "database_auth_failed", "database_tls_failed",
+             "database_pooler"}
+# How many stored secrets the start-up opens (the oldest): enough to tell keys that open none
+# from keys that open some, at a few milliseconds of work.
+SECRETS_CHECKED = 1000
 
 
 class StartupError(Exception):
@@ -70,31 +82,55 @@ async def check_schema(db: Database, settings: Settings) -> str | None:
     if current != head:
         raise StartupError(f"schema is at {current or 'nothing'}, head is {head}: "
                            "run `agentstate migrate`", EXIT_FAILED)
+    await check_timeouts(db, settings)
     return current
 
 
-async def check_secrets(db: Database, box: SecretBox | None) -> None:
-    """Open one stored ciphertext: keys changed without `secrets rotate` are found at start
-    (and said in one line) rather than by the first read of a secret."""
-    from app.mcp_servers.repository import McpServerRepository
+async def check_timeouts(db: Database, settings: Settings) -> None:
+    """The statement timeout is in force on the connections requests get: a pooler that
+    drops startup parameters (PgBouncer's ignore_startup_parameters) would otherwise lose it
+    silently, and a write blocked on a lock would wait it out instead of answering 503."""
+    found = await db.statement_timeout_ms()
+    if found is not None and found != settings.statement_timeout_ms:
+        raise StartupError(
+            f"the database runs with statement_timeout={found} ms, not the "
+            f"{settings.statement_timeout_ms} ms agentstate asked for: a pooler in front of it "
+            "drops the settings sent at connect (PgBouncer's ignore_startup_parameters); "
+            "set AGENTSTATE_DATABASE_POOLER=transaction (docs/SCALING.md)")
 
+
+async def check_secrets(db: Database, box: SecretBox | None, settings: Settings) -> None:
+    """Open the stored secrets (the oldest SECRETS_CHECKED) with the configured keys, so keys
+    changed without `secrets rotate`, a lost key file, or data copied from another database
+    without its key are said at start, in one line naming the key and the variable.
+
+    Said, not refused: everything but reading those secrets still works (threads, messages
+    and agent states do not wait on a key), and a database may hold secrets sealed under
+    keys of other deployments (an import warns of them). A new key would not help: each
+    line says to put back the key that sealed them.
+    """
     async with db.read() as connection:
-        # Across tenants, as `secrets rotate` reads them (the tenant is not used here).
-        rows = await McpServerRepository(connection, "").ciphertexts_after(0, 1)
+        rows = await StoredSecretsRepository(connection).ciphertexts_after(0, SECRETS_CHECKED)
     if not rows:
         return
-    owner, token = f"{rows[0].tenant_id}/{rows[0].server_name}", rows[0].secrets
     if box is None:
-        log.warning("MCP servers hold encrypted secrets, but no key is configured: they "
-                    "cannot be read until AGENTSTATE_SECRET_KEYS is set")
-        return
-    if box.key_id_of(token) is None:
-        # Said, not refused: everything but reading those secrets still works.
         log.warning(
-            "AGENTSTATE_SECRET_KEYS cannot decrypt the stored secrets (of %s): the keys "
-            "changed without `agentstate secrets rotate`; put the old key back after the new "
-            "one (AGENTSTATE_SECRET_KEYS=<new>,<old>), then run `agentstate secrets rotate`",
-            owner)
+            "MCP servers hold encrypted secrets (e.g. %s/%s), and no key is configured to open "
+            "them: set AGENTSTATE_SECRET_KEYS to the key that sealed them (%s, e.g. "
+            "AGENTSTATE_SECRET_KEYS=$(cat /path/to/secret.key)); a new key from `agentstate "
+            "secrets new-key` cannot open them", rows[0].tenant_id, rows[0].server_name,
+            FROM_SQLITE)
+        return
+    closed = [row for row in rows if box.key_id_of(row.secrets) is None]
+    if not closed:
+        return
+    log.warning(
+        "%s opens %s of the %d stored MCP secrets checked (e.g. not those of %s/%s): they were "
+        "sealed with another key. Put that key in AGENTSTATE_SECRET_KEYS after the current "
+        "one (AGENTSTATE_SECRET_KEYS=<current>,<old>; %s), then run `agentstate secrets "
+        "rotate`", keys_source(settings),
+        "none" if len(closed) == len(rows) else len(rows) - len(closed), len(rows),
+        closed[0].tenant_id, closed[0].server_name, FROM_SQLITE)
 
 
 def banner(settings: Settings, *, revision: str | None, secrets: str, auth: str,
@@ -127,6 +163,12 @@ async def start(app: Any, settings: Settings, db: Database) -> None:
         app.state.secret_box = load_secret_box(settings)
     except SecretKeyError as error:
         raise StartupError(str(error)) from None
+    fallback = direct.fallback_reason(db.engine.dialect)
+    if fallback is not None:
+        log.warning("the direct write path is off (%s): writes run through SQLAlchemy's "
+                    "execution, and the direct path serves 1.2-1.4x their appends and state "
+                    "writes a second (docs/PERFORMANCE.md); install the SQLAlchemy release "
+                    "pyproject.toml names (sqlalchemy>=2.1.9,<2.2)", fallback)
     try:
         if settings.should_auto_migrate:
             try:
@@ -134,7 +176,7 @@ async def start(app: Any, settings: Settings, db: Database) -> None:
             except (SQLAlchemyError, OSError) as exc:
                 raise database_error(exc, settings) or exc from exc
         revision = await check_schema(db, settings)
-        await check_secrets(db, app.state.secret_box)
+        await check_secrets(db, app.state.secret_box, settings)
     except StartupError as error:
         if strict:
             log.error("%s", error)

@@ -1,7 +1,7 @@
 """`agentstate export | import | copy | backup`: arguments, progress and summaries.
 
-Thin: each command builds its settings and databases, calls one use case in
-`app/portability/service.py` (or `app/db/backup.py`), and reports. Exit status 0 when
+Thin: each command builds its settings and databases, calls one use case (`export.py`,
+`importer.py`, `copy.py`, or `app/db/backup.py`), and reports. Exit status 0 when
 everything was done, 1 when something was refused, differs or stopped the command, 2 when
 the command could not start (bad arguments, a schema that is not current, no keys).
 """
@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.settings import Settings
+
+if TYPE_CHECKING:
+    from app.portability.importer import Summary
 
 FORMATS = ("agentstate", "aisuite-files", "aisuite-postgres", "colosseum")
 
@@ -78,43 +80,6 @@ def _fail(message: str, status: int = 2) -> int:
     return status
 
 
-@contextmanager
-def _progress(label: str, total: int | None) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr: rows done, rows per second, time left."""
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        ProgressColumn,
-        Task,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-    from rich.text import Text
-
-    class Rate(ProgressColumn):
-        def render(self, task: Task) -> Text:
-            return Text(f"{task.speed:,.0f} rows/s" if task.speed else "- rows/s")
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
-                  TimeElapsedColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True)) as bar:
-        task = bar.add_task(label, total=total)
-        pending = 0
-
-        def advance(n: int) -> None:
-            nonlocal pending
-            pending += n
-            if pending >= 500:  # rich takes a lock per update: not one per row
-                bar.advance(task, pending)
-                pending = 0
-
-        yield advance
-        bar.advance(task, pending)
-
-
 async def _check_schema(db: Any, settings: Settings, *, role: str, migrate_empty: bool) -> None:
     from app.db import migrate
 
@@ -139,9 +104,11 @@ async def _export(args: argparse.Namespace) -> int:
     from app.core.secretbox import SecretKeyError, load_secret_box
     from app.db import migrate
     from app.db.engine import Database
+    from app.portability.copy import count_records
+    from app.portability.export import export
     from app.portability.format import Header
+    from app.portability.progress import progress_bar
     from app.portability.secrets import SecretsError, SecretsOut, new_kdf, read_passphrase
-    from app.portability.service import count_records, export
 
     settings = _settings()
     try:
@@ -167,7 +134,7 @@ async def _export(args: argparse.Namespace) -> int:
         out = (open(args.output, "w", encoding="utf-8")  # noqa: ASYNC230, SIM115
                if args.output else sys.stdout)
         try:
-            with _progress("export", total) as advance:
+            with progress_bar("export", total) as advance:
                 written = await export(db, out, header, secrets, advance)
         except SecretsError as exc:
             return _fail(str(exc), 1)
@@ -188,19 +155,14 @@ def _run_import(args: argparse.Namespace) -> int:
 
 
 async def _import(args: argparse.Namespace) -> int:
-    from app.core.secretbox import SecretKeyError, load_secret_box
+    from app.core.secretbox import FROM_SQLITE, SecretKeyError, keys_source, load_secret_box
     from app.db.engine import Database
     from app.portability.foreign import foreign_source
     from app.portability.format import Header
+    from app.portability.importer import Importer
+    from app.portability.progress import progress_bar
+    from app.portability.reader import ImportStopped, Item, from_sync, read_header, read_items
     from app.portability.secrets import SecretsError, SecretsIn, read_passphrase
-    from app.portability.service import (
-        Importer,
-        ImportStopped,
-        Item,
-        from_sync,
-        read_header,
-        read_items,
-    )
 
     settings = _settings()
     stream = None
@@ -230,7 +192,7 @@ async def _import(args: argparse.Namespace) -> int:
               flush=True)
         importer = Importer(db, settings, secrets, args.on_conflict)
         stopped = None
-        with _progress("import", None) as advance:
+        with progress_bar("import", None) as advance:
             importer.progress = advance
             try:
                 summary = await importer.run(items)
@@ -245,8 +207,12 @@ async def _import(args: argparse.Namespace) -> int:
             stream.close()
     for line in summary.lines():
         print(line, file=sys.stderr)
-    for line in summary.warnings:
-        print(f"warning: {line}", file=sys.stderr)
+    for key_id, count in sorted(summary.unreadable.items()):
+        key = f"key {key_id}" if key_id != "?" else "a key"
+        print(f"warning: the secrets of {count} MCP servers are sealed with {key}, which "
+              f"{keys_source(settings)} does not open: put that key in AGENTSTATE_SECRET_KEYS "
+              f"(after the current one) to read them ({FROM_SQLITE} they were exported from)",
+              file=sys.stderr)
     for line in summary.refused:
         print(f"refused: {line}", file=sys.stderr)
     for line in notes:
@@ -265,7 +231,9 @@ def _run_copy(args: argparse.Namespace) -> int:
 
 async def _copy(args: argparse.Namespace) -> int:
     from app.db.engine import Database
-    from app.portability.service import ImportStopped, copy, count_records, verify
+    from app.portability.copy import copy, count_records, verify
+    from app.portability.progress import progress_bar
+    from app.portability.reader import ImportStopped
 
     source_settings, target_settings = (_settings(database_url=args.source),
                                         _settings(database_url=args.target))
@@ -279,15 +247,17 @@ async def _copy(args: argparse.Namespace) -> int:
               f"{target_settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
         total = await count_records(source)
         try:
-            with _progress("copy", total) as advance:
+            with progress_bar("copy", total) as advance:
                 summary = await copy(source, target, target_settings, args.on_conflict,
                                      advance)
         except ImportStopped as exc:
             return _fail(f"stopped at {exc}", 1)
         for line in summary.lines():
             print(line, file=sys.stderr)
-        for line in summary.warnings + [f"refused: {r}" for r in summary.refused]:
-            print(line, file=sys.stderr)
+        for line in _sealed_elsewhere(summary, source_settings, target_settings):
+            print(f"warning: {line}", file=sys.stderr)
+        for line in summary.refused:
+            print(f"refused: {line}", file=sys.stderr)
         if args.no_verify:
             return 1 if summary.refused else 0
         print("verifying ...", file=sys.stderr, flush=True)
@@ -303,6 +273,32 @@ async def _copy(args: argparse.Namespace) -> int:
     print(f"verified: {result.threads} threads and {result.records} records are the same in "
           "both databases (counts and a checksum per thread)", file=sys.stderr)
     return 1 if summary.refused else 0
+
+
+def _sealed_elsewhere(summary: Summary, source: Settings, target: Settings) -> list[str]:
+    """What to tell of copied secrets the target's keys do not open: which key seals them
+    (the source's key file, when that is where the source's key comes from) and the
+    variable that gives it to the target's server."""
+    from app.core.secretbox import key_file_path, keys_source
+
+    lines = []
+    source_file = None if source.secret_keys else key_file_path(source)
+    for key_id, count in sorted(summary.unreadable.items()):
+        where = f"the secrets of {count} MCP servers are sealed with"
+        if key_id != "?" and source_file is not None:
+            lines.append(
+                f"{where} the source database's key, {source_file} (key {key_id}), which "
+                f"{keys_source(target)} does not open. Start the target's server with "
+                f"AGENTSTATE_SECRET_KEYS=$(cat {source_file}) (after its own key, if it has "
+                "one), or it cannot read them; keep that file: no other key opens them")
+        elif key_id != "?":
+            lines.append(f"{where} key {key_id}, which {keys_source(target)} does not open: "
+                         "put it in AGENTSTATE_SECRET_KEYS to read them")
+        else:
+            lines.append(f"{where} a key that neither {keys_source(target)} nor "
+                         f"{keys_source(source)} (the source's) opens: put the key that sealed "
+                         "them in AGENTSTATE_SECRET_KEYS to read them")
+    return lines
 
 
 # --- backup ------------------------------------------------------------------------------

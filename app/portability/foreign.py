@@ -37,8 +37,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.core.settings import normalise_database_url
 from app.portability.format import END, THREAD_END, Counts, timestamp_text
+from app.portability.reader import Item
 from app.portability.repository import AisuiteRepository, ColosseumRepository
-from app.portability.service import Item
 
 AISUITE_KEY = "aisuite"
 # Members of an aisuite message that agentstate keeps as fields (besides role and content);
@@ -125,7 +125,7 @@ def _message(tenant_id: str, thread_id: str, seq: int, message_id: str, fields: 
 
 def aisuite_message(message: dict[str, Any]) -> dict[str, Any]:
     """An aisuite message as agentstate message fields, exactly as
-    `agentstate_client.aisuite.to_log_message` stores it (tests/test_portability_foreign.py
+    `agentstate_client.aisuite.to_log_message` stores it (tests/test_import_from_other_stores.py
     loads the import back through that store)."""
     stored: dict[str, Any] = {"role": message.get("role"), "content": message.get("content")}
     extra: dict[str, Any] = {}

@@ -237,7 +237,7 @@ aisuite_compactions = Table(
     Column("metadata", JSONB),
 )
 
-# The Colosseum design's three models (/work/shared/seeds, "Schema Design").
+# The Colosseum design's three models (its "Schema Design").
 colosseum_states = Table(
     "agent_states", _foreign,
     Column("id", Integer, primary_key=True),
@@ -274,22 +274,21 @@ class AisuiteRepository:
         self.connection = connection
 
     async def heads(self) -> AsyncIterator[AnyRow]:
-        h = aisuite_heads
         result = await self.connection.stream(
-            select(h).order_by(h.c.thread_id.collate("C")).execution_options(yield_per=100))
+            select(aisuite_heads).order_by(aisuite_heads.c.thread_id.collate("C"))
+            .execution_options(yield_per=100))
         async for row in result:
             yield row
 
     async def messages(self, thread_id: str) -> list[AnyRow]:
-        m = aisuite_messages
         return list((await self.connection.execute(
-            select(m).where(m.c.thread_id == thread_id))).all())
+            select(aisuite_messages).where(aisuite_messages.c.thread_id == thread_id))).all())
 
     async def compactions(self, thread_id: str) -> list[AnyRow]:
-        c = aisuite_compactions
         return list((await self.connection.execute(
-            select(c).where(c.c.thread_id == thread_id)
-            .order_by(c.c.created_at, c.c.compaction_id))).all())
+            select(aisuite_compactions).where(aisuite_compactions.c.thread_id == thread_id)
+            .order_by(aisuite_compactions.c.created_at, aisuite_compactions.c.compaction_id)
+        )).all())
 
 
 class ColosseumRepository:
@@ -309,23 +308,24 @@ class ColosseumRepository:
 
     async def history(self, session_id: str) -> list[AnyRow]:
         """Oldest first; rows saved at the same instant in the order they were saved."""
-        h = colosseum_history
         return list((await self.connection.execute(
-            select(h).where(h.c.session_id == session_id).order_by(h.c.timestamp, h.c.id)
+            select(colosseum_history).where(colosseum_history.c.session_id == session_id)
+            .order_by(colosseum_history.c.timestamp, colosseum_history.c.id)
         )).all())
 
     async def states(self, session_id: str) -> list[AnyRow]:
         """Every saved row, per agent oldest first (the design saves a row per call)."""
-        s = colosseum_states
         return list((await self.connection.execute(
-            select(s).where(s.c.session_id == session_id)
-            .order_by(s.c.agent_name, func.coalesce(s.c.updated_at, s.c.created_at), s.c.id)
+            select(colosseum_states).where(colosseum_states.c.session_id == session_id)
+            .order_by(colosseum_states.c.agent_name,
+                      func.coalesce(colosseum_states.c.updated_at, colosseum_states.c.created_at),
+                      colosseum_states.c.id)
         )).all())
 
     async def servers(self) -> list[AnyRow]:
-        s = colosseum_servers
         return list((await self.connection.execute(
-            select(s).order_by(s.c.server_name, s.c.id))).all())
+            select(colosseum_servers)
+            .order_by(colosseum_servers.c.server_name, colosseum_servers.c.id))).all())
 
     async def latest(self) -> datetime | None:
         """The newest time the database records anywhere."""

@@ -16,10 +16,10 @@ from typing import Annotated, Any, get_args
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from app.agent_states.schemas import AgentStateReplace
-from app.auth.principal import ALL_SCOPES
 from app.compactions.schemas import CompactionIn
 from app.core.errors import AppError
 from app.core.limits import check_metadata
+from app.core.principal import ALL_SCOPES
 from app.core.schemas import Name
 from app.core.settings import Settings
 from app.mcp_servers.schemas import McpServerReplace

@@ -24,9 +24,9 @@ def _run_gc(args: argparse.Namespace) -> int:
 
 
 async def _gc(args: argparse.Namespace) -> int:
-    from app.auth.tenancy import install_tenant_guard
     from app.core.settings import Settings
     from app.db.engine import Database
+    from app.db.tenancy import install_tenant_guard
     from app.retention.service import Retention
 
     settings = Settings()

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from app.auth.principal import Principal
+from app.core.principal import Principal
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.engine import Database

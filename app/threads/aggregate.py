@@ -56,7 +56,7 @@ class ThreadAggregate:
         `values`, for a write to an existing thread, are the columns it set. A thread whose
         own `history_limit` is 0, written without setting it, has no history to prune: the
         write that set 0 pruned it, and no entry is kept while it is 0 (nor imported for such
-        a thread, app/portability/service.py), so its writes skip the DELETE. A limit of
+        a thread, app/portability/importer.py), so its writes skip the DELETE. A limit of
         None follows the server's setting, which may have been higher before a restart:
         those threads are pruned as always."""
         window = self.history_window(row)

@@ -644,6 +644,33 @@ class _Api:
         return body
 
     @operation
+    def write_checkpoints(self, thread_id: str, *,
+                          checkpoints: Sequence[JsonObject] = (),
+                          writes: Sequence[JsonObject] = ()) -> Op[JsonObject]:
+        """Store checkpoints (bodies as `create_checkpoint`'s) and then pending writes (as
+        `put_checkpoint_writes`' bodies, each with its `checkpoint_id`) in one transaction:
+        all, or none (`POST .../checkpoints/batch`)."""
+        body: JsonObject = yield from self._core.json(Request(
+            "POST", f"{_thread_path(thread_id)}/checkpoints/batch",
+            json={"checkpoints": list(checkpoints), "writes": list(writes)}))
+        return body
+
+    @operation
+    def get_delta_history(self, thread_id: str, channels: Sequence[str],
+                          checkpoint_id: str | None = None, *, checkpoint_ns: str = "",
+                          items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
+        """Per channel, the pending writes on a checkpoint's parent chain (the newest of the
+        namespace when `checkpoint_id` is None) since the nearest ancestor that stores a
+        value for it, and that value (`{"writes", "seed"}`): LangGraph's delta channel
+        history, in one request. Raises `NotFound`."""
+        which = "latest" if checkpoint_id is None else segment(checkpoint_id)
+        body: JsonObject = yield from self._core.json(Request(
+            "GET", f"{_thread_path(thread_id)}/checkpoints/{which}/delta-history",
+            params=drop_none(channel=list(channels), checkpoint_ns=checkpoint_ns,
+                             items=items)))
+        return body
+
+    @operation
     def get_checkpoint(self, thread_id: str, checkpoint_id: str | None = None, *,
                        checkpoint_ns: str = "",
                        items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:

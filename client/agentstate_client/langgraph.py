@@ -8,8 +8,10 @@
 
 It implements langgraph-checkpoint's `BaseCheckpointSaver` in full, blocking and asyncio
 (`put`, `put_writes`, `get_tuple`, `list`, `delete_thread`, `delete_for_runs`, `copy_thread`,
-`prune` and their `a...` forms), over the checkpoint endpoints of the HTTP API (API.md 7a).
-Install with `pip install 'agentstate-client[langgraph]'`.
+`prune`, `get_delta_channel_history` and their `a...` forms), over the checkpoint endpoints
+of the HTTP API (API.md 7a). Install with `pip install 'agentstate-client[langgraph]'`.
+Each operation is written once, as steps (agentstate_client._core) that the blocking client
+runs for the plain method and the asyncio client for its `a...` form.
 
 - LangGraph thread ids of any string map onto agentstate thread ids with
   `agentstate_client.ids.encode_id` (`user/42/chat` is the thread `user@2F42@2Fchat`).
@@ -20,6 +22,11 @@ Install with `pip install 'agentstate-client[langgraph]'`.
   item: the server stores each item once per thread, and the saver sends items it has
   already stored by their digest only. A 400-turn chat then stores each message once instead
   of once per version of the list.
+- A DeltaChannel's history is one request: the server walks the parent chain. Its
+  snapshots of a list (`_DeltaSnapshot(list)`) are sent item by item like a list.
+- Async writes of one thread are stored by group commit (`_Pipe`): the calls made while the
+  thread's previous request is in flight go as one request, one transaction, and each call
+  returns once its own write is committed.
 """
 
 from __future__ import annotations
@@ -30,9 +37,9 @@ import hashlib
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any, Concatenate, ParamSpec, TypeGuard, TypeVar
 
 try:
     from langchain_core.runnables import RunnableConfig
@@ -43,6 +50,7 @@ try:
         Checkpoint,
         CheckpointMetadata,
         CheckpointTuple,
+        DeltaChannelHistory,
         get_checkpoint_id,
         get_serializable_checkpoint_metadata,
     )
@@ -51,9 +59,17 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("agentstate_client.langgraph needs langgraph-checkpoint: "
                       "pip install 'agentstate-client[langgraph]'") from exc
 
+try:  # langgraph-checkpoint 4.3+ (DeltaChannel); before it, no value is a snapshot
+    from langgraph.checkpoint.serde.types import _DeltaSnapshot
+except ImportError:  # pragma: no cover - depends on the environment
+    class _DeltaSnapshot(tuple[Any, ...]):  # type: ignore[no-redef]
+        value: Any
+
+from agentstate_client._api import _Api
 from agentstate_client._async import AsyncAgentStateClient
+from agentstate_client._core import Op
 from agentstate_client._sync import AgentStateClient
-from agentstate_client.errors import CheckpointItemsMissing, NotFound
+from agentstate_client.errors import AgentStateError, CheckpointItemsMissing, NotFound
 from agentstate_client.ids import decode_id, encode_id
 
 from agentstate_client._langgraph_store import AgentStateStore  # noqa: E402 - re-exported
@@ -61,10 +77,18 @@ from agentstate_client._langgraph_store import AgentStateStore  # noqa: E402 - r
 __all__ = ["AgentStateSaver", "AgentStateStore"]
 
 LIST_TYPE = "agentstate.list"  # the type tag of a value sent as its items
+# A DeltaChannel's snapshot of a list (its messages), sent as the list's items too: each
+# snapshot stores the messages since the previous one, not the whole log again.
+SNAPSHOT_LIST_TYPE = "agentstate.delta-snapshot.list"
 EMPTY_TYPE = "empty"  # a channel in new_versions that holds no value any more
 _PAGE = 100  # the server's largest page
 _KNOWN_THREADS = 256  # threads whose stored item digests the saver remembers
 _FETCH = 5000  # items asked for in one request
+_CHANNELS = 32  # channels of one delta history request
+_BATCH = 100  # saver calls stored by one request
+_SETTLE_TICKS = 3  # event loop passes the group commit waits after answering its callers
+P = ParamSpec("P")
+R = TypeVar("R")
 Items = dict[str, tuple[str, bytes]]  # digest -> (type tag, bytes)
 
 
@@ -115,6 +139,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._items_bytes = 0
         self._item_cache_bytes = item_cache_bytes
         self._lock = threading.Lock()
+        self._pipe_: _Pipe | None = None
 
     @property
     def client(self) -> AgentStateClient:
@@ -129,6 +154,13 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                                                        timeout=self._timeout)
             self._async_loop = loop
         return self._async_client
+
+    def _pipe(self) -> _Pipe:
+        """The group commit of the running event loop's client."""
+        api = self._aclient()
+        if self._pipe_ is None or self._pipe_.api is not api:
+            self._pipe_ = _Pipe(self, api)
+        return self._pipe_
 
     def close(self) -> None:
         self._client.close()
@@ -175,14 +207,16 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
                sent: _Sent) -> dict[str, Any]:
         channel = where[2]
-        if self._list_items and type(value) is list:
-            encoded = [self.serde.dumps_typed(element) for element in value]
+        snapshot = type(value) is _DeltaSnapshot and type(value.value) is list
+        if self._list_items and (type(value) is list or snapshot):
+            encoded = [self.serde.dumps_typed(element)
+                       for element in (value.value if snapshot else value)]
             digests = [item_digest(type_, data) for type_, data in encoded]
             self._cache_items(zip(digests, encoded))
             sent.items.extend(digests)
             sent.lists[where] = (version, digests)
             value_: dict[str, Any] = {"channel": channel, "version": version,
-                                      "type": LIST_TYPE}
+                                      "type": SNAPSHOT_LIST_TYPE if snapshot else LIST_TYPE}
             start = 0
             with self._lock:
                 last = self._lists.get(where)
@@ -195,7 +229,9 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         type_, data = self.serde.dumps_typed(value)
         return {"channel": channel, "version": version, "type": type_, "data": _b64(data)}
 
-    def _remember(self, thread: str, sent: _Sent) -> None:
+    def _remember(self, thread: str, sent: _Sent | None) -> None:
+        if sent is None:
+            return
         with self._lock:
             self._known.setdefault(thread, set()).update(sent.items)
             for where, last in sent.lists.items():
@@ -236,19 +272,18 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             while self._items_bytes > self._item_cache_bytes and self._items:
                 self._items_bytes -= len(self._items.popitem(last=False)[1][1])
 
-    def _needed(self, bodies: Sequence[dict[str, Any]]) -> tuple[Items, list[str]]:
-        """The items the bodies name that the cache holds, and the digests it lacks."""
+    def _needed(self, values: Iterable[dict[str, Any]]) -> tuple[Items, list[str]]:
+        """The items the values name that the cache holds, and the digests it lacks."""
         held: Items = {}
         missing: set[str] = set()
         with self._lock:
-            for body in bodies:
-                for value in body["values"].values():
-                    for digest in value.get("digests") or ():
-                        item = self._items.get(digest)
-                        if item is None:
-                            missing.add(digest)
-                        else:
-                            held[digest] = item
+            for value in values:
+                for digest in value.get("digests") or ():
+                    item = self._items.get(digest)
+                    if item is None:
+                        missing.add(digest)
+                    else:
+                        held[digest] = item
         return held, sorted(missing)
 
     def _keep_fetched(self, held: Items, fetched: Sequence[dict[str, Any]]) -> None:
@@ -257,27 +292,24 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         held.update(items)
         self._cache_items(items)
 
-    def _fill(self, name: str, bodies: Sequence[dict[str, Any]]) -> Items:
-        held, missing = self._needed(bodies)
+    def _fill(self, api: _Api, name: str, values: Iterable[dict[str, Any]]) -> Op[Items]:
+        """The items `values` name by digest: from the cache, the rest fetched."""
+        held, missing = self._needed(values)
         for start in range(0, len(missing), _FETCH):
-            self._keep_fetched(held, self._client.get_checkpoint_items(
-                name, missing[start:start + _FETCH]))
-        return held
-
-    async def _afill(self, name: str, bodies: Sequence[dict[str, Any]]) -> Items:
-        held, missing = self._needed(bodies)
-        for start in range(0, len(missing), _FETCH):
-            self._keep_fetched(held, await self._aclient().get_checkpoint_items(
-                name, missing[start:start + _FETCH]))
+            self._keep_fetched(held, (yield from _Api.get_checkpoint_items.steps(
+                api, name, missing[start:start + _FETCH])))
         return held
 
     def _decode(self, value: dict[str, Any], items: Items) -> Any:
         if value.get("digests") is not None:
-            return [self.serde.loads_typed(items[digest]) for digest in value["digests"]]
-        if value.get("items") is not None:
-            return [self.serde.loads_typed((item["type"], base64.b64decode(item["data"])))
-                    for item in value["items"]]
-        return self.serde.loads_typed((value["type"], base64.b64decode(value["data"] or "")))
+            decoded: Any = [self.serde.loads_typed(items[digest]) for digest in value["digests"]]
+        elif value.get("items") is not None:
+            decoded = [self.serde.loads_typed((item["type"], base64.b64decode(item["data"])))
+                       for item in value["items"]]
+        else:
+            return self.serde.loads_typed((value["type"],
+                                           base64.b64decode(value["data"] or "")))
+        return _DeltaSnapshot(decoded) if value["type"] == SNAPSHOT_LIST_TYPE else decoded
 
     def _tuple(self, thread_id: str, body: dict[str, Any], items: Items) -> CheckpointTuple:
         ns = body["checkpoint_ns"]
@@ -298,16 +330,6 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                             for w in body["pending_writes"]],
         )
 
-    def _writes_body(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
-                     task_id: str, task_path: str) -> dict[str, Any]:
-        encoded = []
-        for index, (channel, value) in enumerate(writes):
-            type_, data = self.serde.dumps_typed(value)
-            encoded.append({"idx": WRITES_IDX_MAP.get(channel, index), "channel": channel,
-                            "type": type_, "data": _b64(data)})
-        return {"checkpoint_ns": config["configurable"].get("checkpoint_ns", ""),
-                "task_id": task_id, "task_path": task_path, "writes": encoded}
-
     @staticmethod
     def _stored(config: RunnableConfig, checkpoint: Checkpoint) -> RunnableConfig:
         conf = config["configurable"]
@@ -315,198 +337,355 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                                  "checkpoint_ns": conf.get("checkpoint_ns", ""),
                                  "checkpoint_id": checkpoint["id"]}}
 
-    @staticmethod
-    def _list_args(config: RunnableConfig | None, before: RunnableConfig | None,
-                   filter: dict[str, Any] | None) -> tuple[str, str, dict[str, Any]]:
+    def _listing(self, config: RunnableConfig | None, before: RunnableConfig | None,
+                 filter: dict[str, Any] | None, limit: int | None) -> _Listing:
         if config is None or "thread_id" not in config.get("configurable", {}):
             raise ValueError("AgentStateSaver.list needs a config with a thread_id")
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
-        params: dict[str, Any] = {"checkpoint_ns": conf.get("checkpoint_ns"),
-                                  "before": get_checkpoint_id(before) if before else None,
-                                  "metadata": filter or None}
-        if conf.get("checkpoint_id"):  # one checkpoint, as the other savers do
-            params["only"] = conf["checkpoint_id"]
-        return thread_id, encode_id(thread_id), params
+        return _Listing(thread_id=thread_id, name=encode_id(thread_id), config=config,
+                        filter=filter, left=limit, only=bool(conf.get("checkpoint_id")),
+                        done=limit is not None and limit <= 0,
+                        params={"checkpoint_ns": conf.get("checkpoint_ns"),
+                                "before": get_checkpoint_id(before) if before else None,
+                                "metadata": filter or None})
+
+    # --- operations: each written once, as steps that a blocking or an asyncio client runs
+    # (`_run`, `_arun`; agentstate_client._core.operation for the client's own) ------------
+
+    def _run(self, steps: Callable[Concatenate[_Api, P], Op[R]], *args: P.args,
+             **kwargs: P.kwargs) -> R:
+        return self._client._drive(steps(self._client, *args, **kwargs))
+
+    async def _arun(self, steps: Callable[Concatenate[_Api, P], Op[R]], *args: P.args,
+                    **kwargs: P.kwargs) -> R:
+        api = self._aclient()
+        return await api._drive(steps(api, *args, **kwargs))
+
+    def _get_tuple(self, api: _Api, config: RunnableConfig) -> Op[CheckpointTuple | None]:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        name = encode_id(thread_id)
+        try:
+            body = yield from _Api.get_checkpoint.steps(
+                api, name, get_checkpoint_id(config),
+                checkpoint_ns=conf.get("checkpoint_ns", ""), items="digests")
+        except NotFound:
+            return None
+        items = yield from self._fill(api, name, body["values"].values())
+        return self._tuple(thread_id, body, items)
+
+    def _list_page(self, api: _Api, listing: _Listing) -> Op[list[CheckpointTuple]]:
+        """The next page of `listing` (marked done after the last one)."""
+        if listing.only:  # one checkpoint, as the other savers do
+            listing.done = True
+            found = yield from self._get_tuple(api, listing.config)
+            return [found] if _kept(found, listing.filter) else []
+        try:
+            page = yield from _Api.list_checkpoints.steps(
+                api, listing.name, cursor=listing.cursor, limit=min(_PAGE, listing.left or _PAGE),
+                items="digests", **listing.params)
+        except NotFound:
+            listing.done = True
+            return []
+        items = yield from self._fill(api, listing.name, (
+            value for body in page["data"] for value in body["values"].values()))
+        if listing.left is not None:
+            listing.left -= len(page["data"])
+        listing.cursor = page["next_cursor"]
+        listing.done = not page["has_more"] or listing.left == 0
+        return [self._tuple(listing.thread_id, body, items) for body in page["data"]]
+
+    def _write(self, api: _Api, name: str,
+               entries: Sequence[_Entry]) -> Op[list[BaseException | None]]:
+        """Store the entries (checkpoints and pending writes of one thread) in one request;
+        each one's outcome. If a batch of several is refused (or its answer lost), each is
+        sent alone, so that one entry's refusal is its own (a repeat is harmless: a stored
+        checkpoint sent again is a replay, a stored write is ignored)."""
+        if len(entries) > 1:
+            try:
+                yield from _Api.write_checkpoints.steps(
+                    api, name, checkpoints=[e.checkpoint for e in entries if e.checkpoint],
+                    writes=[e.writes for e in entries if e.writes])
+            except AgentStateError:
+                pass
+            else:
+                for entry in entries:
+                    self._remember(name, entry.sent)
+                return [None] * len(entries)
+        outcomes: list[BaseException | None] = []
+        for entry in entries:
+            try:
+                yield from self._write_one(api, name, entry)
+            except AgentStateError as exc:
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+        return outcomes
+
+    def _write_one(self, api: _Api, name: str, entry: _Entry) -> Op[None]:
+        try:
+            yield from _Api.write_checkpoints.steps(
+                api, name, checkpoints=[entry.checkpoint] if entry.checkpoint else [],
+                writes=[entry.writes] if entry.writes else [])
+        except CheckpointItemsMissing:  # pruned or deleted meanwhile: send everything
+            if entry.resend is None:
+                raise
+            self._forget(name)
+            entry.checkpoint, entry.sent = entry.resend()
+            yield from _Api.write_checkpoints.steps(api, name, checkpoints=[entry.checkpoint])
+        self._remember(name, entry.sent)
+
+    def _store(self, api: _Api, name: str, entry: _Entry) -> Op[None]:
+        """One entry alone; raises what refused it."""
+        outcome, = yield from self._write(api, name, [entry])
+        if outcome is not None:
+            raise outcome
+
+    def _checkpoint_entry(self, name: str, config: RunnableConfig, checkpoint: Checkpoint,
+                          metadata: CheckpointMetadata, new_versions: ChannelVersions) -> _Entry:
+        body, sent = self._put_body(config, checkpoint, metadata, new_versions,
+                                    self._known_for(name))
+        return _Entry(checkpoint=body, sent=sent, resend=lambda: self._put_body(
+            config, checkpoint, metadata, new_versions, set()))
+
+    def _writes_entry(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
+                      task_id: str, task_path: str) -> _Entry:
+        encoded = []
+        for index, (channel, value) in enumerate(writes):
+            type_, data = self.serde.dumps_typed(value)
+            encoded.append({"idx": WRITES_IDX_MAP.get(channel, index), "channel": channel,
+                            "type": type_, "data": _b64(data)})
+        conf = config["configurable"]
+        return _Entry(writes={"checkpoint_id": conf["checkpoint_id"],
+                              "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                              "task_id": task_id, "task_path": task_path, "writes": encoded})
+
+    def _delete_thread(self, api: _Api, thread_id: str) -> Op[None]:
+        name = encode_id(str(thread_id))
+        self._forget(name)
+        try:
+            yield from _Api.delete_checkpoints.steps(api, name)
+        except NotFound:
+            pass
+
+    def _delete_for_runs(self, api: _Api, run_ids: Sequence[str]) -> Op[None]:
+        if run_ids:
+            yield from _Api.delete_checkpoint_runs.steps(api, [str(run_id) for run_id in run_ids])
+
+    def _copy_thread(self, api: _Api, source_thread_id: str, target_thread_id: str) -> Op[None]:
+        try:
+            yield from _Api.copy_checkpoints.steps(api, encode_id(str(source_thread_id)),
+                                                   encode_id(str(target_thread_id)))
+        except NotFound:
+            pass
+
+    def _prune(self, api: _Api, thread_ids: Sequence[str], strategy: str) -> Op[None]:
+        keep = _keep(strategy)
+        for thread_id in thread_ids:
+            try:
+                yield from _Api.prune_checkpoints.steps(api, encode_id(str(thread_id)), keep)
+            except NotFound:
+                pass
+
+    def _delta_history(self, api: _Api, config: RunnableConfig,
+                       channels: Sequence[str]) -> Op[dict[str, DeltaChannelHistory]]:
+        """One request per 32 channels (the server walks the parent chain in one statement)."""
+        conf = config["configurable"]
+        name = encode_id(str(conf["thread_id"]))
+        wanted = list(dict.fromkeys(channels))
+        found: dict[str, dict[str, Any]] = {}
+        for start in range(0, len(wanted), _CHANNELS):
+            try:
+                body = yield from _Api.get_delta_history.steps(
+                    api, name, wanted[start:start + _CHANNELS], get_checkpoint_id(config),
+                    checkpoint_ns=conf.get("checkpoint_ns", ""), items="digests")
+            except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
+                return {channel: {"writes": []} for channel in channels}
+            found.update(body["channels"])
+        items = yield from self._fill(api, name, (
+            h["seed"] for h in found.values() if h["seed"] is not None))
+        out: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            history = found[channel]
+            entry: DeltaChannelHistory = {"writes": [
+                (w["task_id"], channel,
+                 self.serde.loads_typed((w["type"], base64.b64decode(w["data"]))))
+                for w in history["writes"]]}
+            if history["seed"] is not None:
+                entry["seed"] = self._decode(history["seed"], items)
+            out[channel] = entry
+        return out
 
     # --- blocking ------------------------------------------------------------------------
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        conf = config["configurable"]
-        thread_id = str(conf["thread_id"])
-        name = encode_id(thread_id)
-        try:
-            body = self._client.get_checkpoint(name, get_checkpoint_id(config),
-                                               checkpoint_ns=conf.get("checkpoint_ns", ""),
-                                               items="digests")
-        except NotFound:
-            return None
-        return self._tuple(thread_id, body, self._fill(name, [body]))
+        return self._run(self._get_tuple, config)
 
     def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
              before: RunnableConfig | None = None,
              limit: int | None = None) -> Iterator[CheckpointTuple]:
-        thread_id, name, params = self._list_args(config, before, filter)
-        only = params.pop("only", None)
-        if only is not None:
-            found = self.get_tuple(config) if config else None
-            if _kept(found, filter):
-                yield found
-            return
-        left = limit
-        cursor: str | None = None
-        while left is None or left > 0:
-            try:
-                page = self._client.list_checkpoints(
-                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), items="digests",
-                    **params)
-            except NotFound:
-                return
-            items = self._fill(name, page["data"])
-            for body in page["data"]:
-                yield self._tuple(thread_id, body, items)
-            left = None if left is None else left - len(page["data"])
-            if not page["has_more"]:
-                return
-            cursor = page["next_cursor"]
+        listing = self._listing(config, before, filter, limit)
+        while not listing.done:
+            yield from self._run(self._list_page, listing)
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
         name = encode_id(str(config["configurable"]["thread_id"]))
-        known = self._known_for(name)
-        body, sent = self._put_body(config, checkpoint, metadata, new_versions, known)
-        try:
-            self._client.create_checkpoint(name, body)
-        except CheckpointItemsMissing:  # pruned or deleted meanwhile: send everything
-            self._forget(name)
-            body, sent = self._put_body(config, checkpoint, metadata, new_versions, set())
-            self._client.create_checkpoint(name, body)
-        self._remember(name, sent)
+        self._run(self._store, name,
+                  self._checkpoint_entry(name, config, checkpoint, metadata, new_versions))
         return self._stored(config, checkpoint)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                    task_id: str, task_path: str = "") -> None:
-        conf = config["configurable"]
-        self._client.put_checkpoint_writes(encode_id(str(conf["thread_id"])),
-                                           conf["checkpoint_id"],
-                                           self._writes_body(config, writes, task_id, task_path))
+        self._run(self._store, encode_id(str(config["configurable"]["thread_id"])),
+                  self._writes_entry(config, writes, task_id, task_path))
 
     def delete_thread(self, thread_id: str) -> None:
-        name = encode_id(str(thread_id))
-        self._forget(name)
-        try:
-            self._client.delete_checkpoints(name)
-        except NotFound:
-            pass
+        self._run(self._delete_thread, thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        if run_ids:
-            self._client.delete_checkpoint_runs([str(run_id) for run_id in run_ids])
+        self._run(self._delete_for_runs, run_ids)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            self._client.copy_checkpoints(encode_id(str(source_thread_id)),
-                                          encode_id(str(target_thread_id)))
-        except NotFound:
-            pass
+        self._run(self._copy_thread, source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        keep = _keep(strategy)
-        for thread_id in thread_ids:
-            try:
-                self._client.prune_checkpoints(encode_id(str(thread_id)), keep)
-            except NotFound:
-                pass
+        self._run(self._prune, thread_ids, strategy)
+
+    def get_delta_channel_history(self, *, config: RunnableConfig,
+                                  channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel, the writes since the nearest stored value (`seed`) on the parent
+        chain, and that value: one request, the server walks the chain (API.md 7a)."""
+        return self._run(self._delta_history, config, channels) if channels else {}
 
     # --- asyncio -------------------------------------------------------------------------
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        conf = config["configurable"]
-        thread_id = str(conf["thread_id"])
-        name = encode_id(thread_id)
-        try:
-            body = await self._aclient().get_checkpoint(
-                name, get_checkpoint_id(config), checkpoint_ns=conf.get("checkpoint_ns", ""),
-                items="digests")
-        except NotFound:
-            return None
-        return self._tuple(thread_id, body, await self._afill(name, [body]))
+        return await self._arun(self._get_tuple, config)
 
     async def alist(self, config: RunnableConfig | None, *,
                     filter: dict[str, Any] | None = None, before: RunnableConfig | None = None,
                     limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
-        thread_id, name, params = self._list_args(config, before, filter)
-        only = params.pop("only", None)
-        if only is not None:
-            found = await self.aget_tuple(config) if config else None
-            if _kept(found, filter):
+        listing = self._listing(config, before, filter, limit)
+        while not listing.done:
+            for found in await self._arun(self._list_page, listing):
                 yield found
-            return
-        left = limit
-        cursor: str | None = None
-        while left is None or left > 0:
-            try:
-                page = await self._aclient().list_checkpoints(
-                    name, cursor=cursor, limit=min(_PAGE, left or _PAGE), items="digests",
-                    **params)
-            except NotFound:
-                return
-            items = await self._afill(name, page["data"])
-            for body in page["data"]:
-                yield self._tuple(thread_id, body, items)
-            left = None if left is None else left - len(page["data"])
-            if not page["has_more"]:
-                return
-            cursor = page["next_cursor"]
 
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint,
                    metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
         name = encode_id(str(config["configurable"]["thread_id"]))
-        known = self._known_for(name)
-        body, sent = self._put_body(config, checkpoint, metadata, new_versions, known)
-        try:
-            await self._aclient().create_checkpoint(name, body)
-        except CheckpointItemsMissing:  # pruned or deleted meanwhile: send everything
-            self._forget(name)
-            body, sent = self._put_body(config, checkpoint, metadata, new_versions, set())
-            await self._aclient().create_checkpoint(name, body)
-        self._remember(name, sent)
+        await self._pipe().submit(
+            name, self._checkpoint_entry(name, config, checkpoint, metadata, new_versions))
         return self._stored(config, checkpoint)
 
     async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]],
                           task_id: str, task_path: str = "") -> None:
-        conf = config["configurable"]
-        await self._aclient().put_checkpoint_writes(
-            encode_id(str(conf["thread_id"])), conf["checkpoint_id"],
-            self._writes_body(config, writes, task_id, task_path))
+        await self._pipe().submit(encode_id(str(config["configurable"]["thread_id"])),
+                                  self._writes_entry(config, writes, task_id, task_path))
 
     async def adelete_thread(self, thread_id: str) -> None:
-        name = encode_id(str(thread_id))
-        self._forget(name)
-        try:
-            await self._aclient().delete_checkpoints(name)
-        except NotFound:
-            pass
+        await self._arun(self._delete_thread, thread_id)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        if run_ids:
-            await self._aclient().delete_checkpoint_runs([str(run_id) for run_id in run_ids])
+        await self._arun(self._delete_for_runs, run_ids)
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        try:
-            await self._aclient().copy_checkpoints(encode_id(str(source_thread_id)),
-                                                   encode_id(str(target_thread_id)))
-        except NotFound:
-            pass
+        await self._arun(self._copy_thread, source_thread_id, target_thread_id)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        keep = _keep(strategy)
-        for thread_id in thread_ids:
-            try:
-                await self._aclient().prune_checkpoints(encode_id(str(thread_id)), keep)
-            except NotFound:
-                pass
+        await self._arun(self._prune, thread_ids, strategy)
+
+    async def aget_delta_channel_history(
+            self, *, config: RunnableConfig,
+            channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        """As `get_delta_channel_history`."""
+        return await self._arun(self._delta_history, config, channels) if channels else {}
+
+
+@dataclass
+class _Listing:
+    """Where a `list` is: its thread, filters, what is left to yield, the next cursor."""
+
+    thread_id: str
+    name: str
+    config: RunnableConfig
+    filter: dict[str, Any] | None
+    left: int | None
+    only: bool
+    params: dict[str, Any]
+    cursor: str | None = None
+    done: bool = False
+
+
+@dataclass
+class _Entry:
+    """One write a saver call asked for: a checkpoint body (with what it sent and how to
+    build it again sending every item) or a task's pending writes."""
+
+    checkpoint: dict[str, Any] | None = None
+    sent: _Sent | None = None
+    resend: Callable[[], tuple[dict[str, Any], _Sent]] | None = None
+    writes: dict[str, Any] | None = None
+    done: asyncio.Future[None] | None = None
+
+
+class _Pipe:
+    """Group commit for one event loop: a saver call's write is queued for its thread, and
+    whatever the thread's queue holds when its previous request is answered goes as one
+    request (`POST .../checkpoints/batch`). A call returns once its own write is stored
+    (or raises what refused it), as it would alone: nothing is acknowledged before it is
+    committed. LangGraph issues a step's pending writes and the next checkpoint in the
+    background, so they meet in the queue."""
+
+    def __init__(self, saver: AgentStateSaver, api: AsyncAgentStateClient) -> None:
+        self.saver = saver
+        self.api = api
+        self.queued: dict[str, list[_Entry]] = {}
+        self.flushing: set[str] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, name: str, entry: _Entry) -> None:
+        entry.done = asyncio.get_running_loop().create_future()
+        self.queued.setdefault(name, []).append(entry)
+        if name not in self.flushing:
+            self.flushing.add(name)
+            task = asyncio.create_task(self._flush(name))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+        await entry.done
+
+    async def _flush(self, name: str) -> None:
+        batch: list[_Entry] = []
+        try:
+            while batch := self.queued.pop(name, []):
+                for start in range(0, len(batch), _BATCH):
+                    part = batch[start:start + _BATCH]
+                    outcomes = await self.api._drive(self.saver._write(self.api, name, part))
+                    for entry, outcome in zip(part, outcomes, strict=True):
+                        _settle(entry, outcome)
+                # The callers just answered run first: LangGraph issues the next checkpoint
+                # when the previous one returns (two tasks later), and it should join what
+                # else is queued instead of following it alone.
+                for _ in range(_SETTLE_TICKS):
+                    await asyncio.sleep(0)
+        except BaseException as exc:  # not a refusal (those are outcomes): a bug, or the
+            for entry in batch + self.queued.pop(name, []):  # loop is closing
+                _settle(entry, exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.flushing.discard(name)
+
+
+def _settle(entry: _Entry, outcome: BaseException | None) -> None:
+    if entry.done is None or entry.done.done():
+        return
+    if outcome is None:
+        entry.done.set_result(None)
+    else:
+        entry.done.set_exception(outcome)
 
 
 @dataclass

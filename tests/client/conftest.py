@@ -9,6 +9,7 @@ that the server lacks is a failing test, not a skipped one.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -40,3 +41,34 @@ async def api(app: FastAPI) -> AsyncIterator[AsyncAgentStateClient]:
     async with AsyncAgentStateClient("http://agentstate.test",
                                      transport=httpx.ASGITransport(app=app)) as client:
         yield client
+
+
+class Counting(httpx.AsyncBaseTransport):
+    """The in-process app's ASGI transport, keeping each request's method, path and body."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.seen: list[str] = []
+        self.bodies: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.seen.append(f"{request.method} {request.url.path}")
+        self.bodies.append(request.content)
+        return await self.inner.handle_async_request(request)
+
+
+@pytest.fixture
+async def transport(app: FastAPI) -> Counting:
+    return Counting(app)
+
+
+@pytest.fixture
+async def saver(transport: Counting) -> AsyncIterator[Any]:
+    """An `AgentStateSaver` whose asyncio client goes to the in-process app through
+    `transport` (its blocking client is not used)."""
+    from agentstate_client.langgraph import AgentStateSaver
+
+    async with AsyncAgentStateClient("http://agentstate.test", transport=transport) as api:
+        made = AgentStateSaver(base_url="http://unused.invalid", async_client=api)
+        yield made
+        made.close()

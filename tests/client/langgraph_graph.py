@@ -1,10 +1,12 @@
-"""A real LangGraph graph for the saver tests: `StateGraph` over `MessagesState`, a fake chat
-model (deterministic, no network), a tool node whose tool asks a human through `interrupt`.
+"""A real LangGraph graph for the saver tests: `StateGraph` over `MessagesState` (or, with
+`delta`, a state whose `messages` is a `DeltaChannel` that snapshots every 3 updates), a fake
+chat model (deterministic, no network), a tool node whose tool asks a human through
+`interrupt`.
 
     START -> agent -> (tool calls?) tools -> agent -> END
 
 Run as a module to drive it from a separate process:
-`python -m tests.client.langgraph_graph BASE_URL THREAD_ID start TEXT | resume VALUE`
+`python -m tests.client.langgraph_graph BASE_URL THREAD_ID start TEXT | resume VALUE [delta]`
 prints the outcome as one JSON line.
 """
 
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from agentstate_client.langgraph import AgentStateSaver
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
@@ -30,7 +34,7 @@ def lookup(city: str) -> str:
     return f"sunny in {city} (approved by {approver})"
 
 
-def fake_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
+def fake_model(state: Any) -> dict[str, list[BaseMessage]]:
     """Asks for the tool on a user message, answers from the tool's result otherwise."""
     last = state["messages"][-1]
     if isinstance(last, ToolMessage):
@@ -41,13 +45,18 @@ def fake_model(state: MessagesState) -> dict[str, list[BaseMessage]]:
         {"name": "lookup", "args": {"city": city}, "id": f"call_{turn}_{city}"}])]}
 
 
-def route(state: MessagesState) -> str:
+def route(state: Any) -> str:
     last = state["messages"][-1]
     return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
 
 
-def build(saver: AgentStateSaver) -> CompiledStateGraph[Any, Any, Any, Any]:
-    graph = StateGraph(MessagesState)
+class DeltaState(TypedDict):
+    messages: Annotated[list[BaseMessage], DeltaChannel(_messages_delta_reducer,
+                                                        snapshot_frequency=3)]
+
+
+def build(saver: Any, delta: bool = False) -> CompiledStateGraph[Any, Any, Any, Any]:
+    graph = StateGraph(DeltaState if delta else MessagesState)  # type: ignore[type-var]
     graph.add_node("agent", fake_model)
     graph.add_node("tools", ToolNode([lookup]))
     graph.add_edge(START, "agent")
@@ -62,9 +71,9 @@ def outcome(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    base_url, thread_id, action, arg = argv
+    base_url, thread_id, action, arg, *delta = argv
     saver = AgentStateSaver(base_url=base_url)
-    graph = build(saver)
+    graph = build(saver, delta == ["delta"])
     config = {"configurable": {"thread_id": thread_id}}
     if action == "start":
         result = graph.invoke({"messages": [HumanMessage(arg)]}, config)

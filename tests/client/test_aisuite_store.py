@@ -149,7 +149,7 @@ def test_saves_send_only_new_messages_into_the_log(server: ServerProcess, store:
 def test_overwrite_and_trim_are_accepted_as_aisuite_accepts_them(server: ServerProcess,
                                                                  store: AgentStateStore,
                                                                  uid: str) -> None:
-    """Issue 16: `revision=None` overwrites (as aisuite's stores do), messages another writer
+    """`revision=None` overwrites (as aisuite's stores do), messages another writer
     appended included; a shorter history is stored as it is."""
     thread_id = f"ow-{uid}"
     store.save_state(thread_id, run_state(MESSAGES_SO_FAR[:2]))

@@ -11,12 +11,12 @@ from typing import Any
 
 import httpx
 import pytest
-from agentstate_client import AsyncAgentStateClient
-from agentstate_client.openai_agents import AgentStateSession
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
+from agentstate_client import AsyncAgentStateClient
+from agentstate_client.openai_agents import AgentStateSession
 from fastapi import FastAPI
 from openai.types.responses import (
     ResponseFunctionToolCall,

@@ -1,4 +1,4 @@
-"""Issue 17 with real processes: `agentstate copy` killed with SIGKILL and run again, and
+"""With real processes: `agentstate copy` killed with SIGKILL and run again finishes, and
 `agentstate backup` while a real `agentstate serve` writes."""
 
 from __future__ import annotations

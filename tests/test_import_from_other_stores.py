@@ -1,4 +1,4 @@
-"""Issue 17's importers, each reading what the real library wrote: aisuite 0.2.0's
+"""Importers of other stores, each reading what the real library wrote: aisuite 0.2.0's
 FileStateStore directory and PostgresStateStore tables, and a Colosseum SQLite database made
 with the seed design's three models. What the importer stored is read back through the API
 and, for aisuite, rebuilt as agentstate_client.aisuite.AgentStateStore rebuilds it."""

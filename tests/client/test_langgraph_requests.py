@@ -1,0 +1,110 @@
+"""What a LangGraph turn costs in requests over `AgentStateSaver`, and what the group commit
+(several saver calls stored by one request) keeps: each call returns once its own write is
+stored, and one call's refusal stays its own. In-process (httpx over ASGI to the app on each
+backend), so not `slow`."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from agentstate_client.errors import CheckpointExists
+from agentstate_client.langgraph import AgentStateSaver
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.channels.delta import DeltaChannel
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import _messages_delta_reducer
+
+from tests.client.conftest import Counting
+
+pytestmark = pytest.mark.anyio
+
+
+class DeltaState(TypedDict):
+    messages: Annotated[list[Any], DeltaChannel(_messages_delta_reducer, snapshot_frequency=4)]
+    turns: Annotated[int, operator.add]
+
+
+def chat(checkpointer: Any, delta: bool) -> Any:
+    def model(state: Any) -> dict[str, Any]:
+        answer = {"messages": [AIMessage(content=f"answer {len(state['messages'])}")]}
+        return {**answer, "turns": 1} if delta else answer
+
+    graph = StateGraph(DeltaState if delta else MessagesState)  # type: ignore[type-var]
+    graph.add_node("model", model)
+    graph.add_edge(START, "model")
+    return graph.compile(checkpointer=checkpointer)
+
+
+@pytest.mark.parametrize("delta", [False, True], ids=["MessagesState", "DeltaChannel"])
+async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transport: Counting,
+                                                  uid: str, delta: bool) -> None:
+    """A one-node chat: the turn's read, then its three checkpoints with the two tasks'
+    pending writes, as four requests (six saver calls), the same at turn 1 and turn 24, with
+    DeltaChannel too (one more read for the channel's history, one request whatever the
+    distance to its last snapshot). The answers equal InMemorySaver's."""
+    ours, reference = chat(saver, delta), chat(InMemorySaver(), delta)
+    config = {"configurable": {"thread_id": f"turns-{uid}"}}
+    per_turn = []
+    for turn in range(1, 25):
+        transport.seen.clear()
+        got = await ours.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config)
+        per_turn.append([" ".join((seen.split()[0], seen.rsplit("/", 1)[-1]))
+                         for seen in transport.seen])
+        expected = await reference.ainvoke({"messages": [HumanMessage(f"question {turn}")]},
+                                           config)
+        assert [(m.type, m.content) for m in got["messages"]] == [
+            (m.type, m.content) for m in expected["messages"]]
+    histories = 0
+    for requests in per_turn[1:]:
+        assert requests[0] == "GET latest", requests
+        # The history is read unless the newest checkpoint holds a snapshot of the channel.
+        history = delta and requests[1] == "GET delta-history"
+        histories += history
+        assert set(requests[1 + history:]) == {"POST batch"}, requests
+        assert len(requests) <= 1 + history + (4 if delta else 3), requests
+    assert histories > 10 if delta else histories == 0
+    state = await ours.aget_state(config)
+    assert len(state.values["messages"]) == 48
+
+
+async def test_each_call_returns_once_stored_and_refusals_stay_their_own(
+        saver: AgentStateSaver, transport: Counting, uid: str) -> None:
+    """Saver calls issued together go as one request; each returns after the commit (a
+    fresh read sees it), and a checkpoint refused (other content under a stored id) fails
+    its own call only: the writes sent beside it are stored."""
+    config = {"configurable": {"thread_id": f"group-{uid}", "checkpoint_ns": ""}}
+    first = empty_checkpoint()
+    stored = await saver.aput(config, first, {"step": -1}, {})
+    transport.seen.clear()
+    changed = {**first, "ts": "another time"}
+    calls = [saver.aput_writes(stored, [("a", n)], f"task-{n}") for n in range(3)]
+    results = await asyncio.gather(saver.aput(config, changed, {"step": 9}, {}), *calls,
+                                   return_exceptions=True)
+    assert isinstance(results[0], CheckpointExists) and results[1:] == [None] * 3
+    # One batch of all four, refused whole (409), then each alone.
+    assert [seen.rsplit("/", 1)[-1] for seen in transport.seen] == ["batch"] * 5, transport.seen
+    fresh = AgentStateSaver(base_url="http://unused.invalid", async_client=saver._aclient())
+    found = await fresh.aget_tuple(stored)
+    assert found is not None
+    assert sorted(found.pending_writes or []) == [(f"task-{n}", "a", n) for n in range(3)]
+
+
+async def test_list_limits(saver: AgentStateSaver, uid: str) -> None:
+    """`list(limit=)` yields at most that many, newest first, as InMemorySaver does; 0
+    yields none."""
+    graph, reference = chat(saver, False), chat(InMemorySaver(), False)
+    config = {"configurable": {"thread_id": f"limits-{uid}"}}
+    for made in (graph, reference):
+        for turn in range(3):
+            await made.ainvoke({"messages": [HumanMessage(f"q{turn}")]}, config)
+    for limit in (0, 1, 4, None):
+        ours = [t.metadata["step"] async for t in saver.alist(config, limit=limit)]
+        theirs = [t.metadata["step"] async for t in reference.checkpointer.alist(
+            config, limit=limit)]
+        assert ours == theirs, limit
+        assert len(ours) == (9 if limit is None else limit)
