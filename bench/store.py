@@ -43,9 +43,12 @@ from bench.server import (
 
 DIMS = 128
 TAGS = 100  # a tag's equality filter matches 1% of the items
-WORDS = ("risk manager position exposure acceptable tighter stop analyst divergence hourly "
-         "chart portfolio sizing capped earnings review momentum volume breakout support "
-         "resistance liquidity spread hedge option delta gamma volatility skew yield").split()
+WORDS = (
+    "risk", "manager", "position", "exposure", "acceptable", "tighter", "stop", "analyst",
+    "divergence", "hourly", "chart", "portfolio", "sizing", "capped", "earnings", "review",
+    "momentum", "volume", "breakout", "support", "resistance", "liquidity", "spread", "hedge",
+    "option", "delta", "gamma", "volatility", "skew", "yield",
+)
 
 
 def pct(samples: list[float], q: float) -> float:
@@ -84,11 +87,12 @@ async def interface(base_url: str, lgst_dsn: str, calls: int) -> list[dict[str, 
             value = memory(rng, n)
             for name, store in stores.items():
                 samples = results.setdefault(name, {"put": [], "get": [], "search": []})
+                key = f"k{n}"
                 samples["put"].append(await timed(
-                    lambda s=store: s.aput(namespace, f"k{n}", value)))
-                samples["get"].append(await timed(lambda s=store: s.aget(namespace, f"k{n}")))
-                samples["search"].append(await timed(lambda s=store: s.asearch(
-                    namespace, filter={"tag": value["tag"]}, limit=10)))
+                    lambda s=store, k=key, v=value: s.aput(namespace, k, v)))
+                samples["get"].append(await timed(lambda s=store, k=key: s.aget(namespace, k)))
+                samples["search"].append(await timed(lambda s=store, v=value: s.asearch(
+                    namespace, filter={"tag": v["tag"]}, limit=10)))
     out = []
     for op in ("put", "get", "search"):
         mine = statistics.median(results["agentstate"][op])
@@ -143,15 +147,14 @@ async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
             prefix = [label]
             vector = [rng.gauss(0, 1) for _ in range(DIMS)]
             searches: dict[str, Callable[[], Awaitable[Any]]] = {
-                "filtered (1%, 10 results)": lambda: client.search_store(
-                    prefix, filter={"tag": f"t{rng.randrange(TAGS)}"}, limit=10),
-                "lexical (one word)": lambda: client.search_store(
-                    prefix, query=rng.choice(WORDS), limit=10),
-                "vector exact (cosine, 128-d)": lambda: client.search_store(
-                    prefix, vector=vector, vector_index="bench", limit=10),
-                "hybrid (word + vector)": lambda: client.search_store(
-                    prefix, query=rng.choice(WORDS), vector=vector, vector_index="bench",
-                    limit=10),
+                "filtered (1%, 10 results)": lambda p=prefix: client.search_store(
+                    p, filter={"tag": f"t{rng.randrange(TAGS)}"}, limit=10),
+                "lexical (one word)": lambda p=prefix: client.search_store(
+                    p, query=rng.choice(WORDS), limit=10),
+                "vector exact (cosine, 128-d)": lambda p=prefix, v=vector: client.search_store(
+                    p, vector=v, vector_index="bench", limit=10),
+                "hybrid (word + vector)": lambda p=prefix, v=vector: client.search_store(
+                    p, query=rng.choice(WORDS), vector=v, vector_index="bench", limit=10),
             }
             for name, call in searches.items():
                 await call()  # warm

@@ -44,7 +44,7 @@ def keys(items: list[dict]) -> list[str]:
 async def wait_past(moment: str) -> None:
     """Until the clock has passed `moment` (an item's expires_at): no timing assertion, the
     test only waits for what it then checks."""
-    deadline = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    deadline = datetime.fromisoformat(moment)
     while datetime.now(UTC) <= deadline:
         await asyncio.sleep(0.02)
 

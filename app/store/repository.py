@@ -40,11 +40,11 @@ from app.db.revisioned import Key, RevisionedRepository
 from app.store.filters import Condition
 from app.store.models import StoreItem, StoreVector
 
-t = table(StoreItem)
-v = table(StoreVector)
+si = table(StoreItem)
+sv = table(StoreVector)
 _SIMPLE: Any = literal_column("'simple'::regconfig")
 # Postgres: the expression of the GIN index ix_store_items_search_text_gin (the migration).
-_TSVECTOR = func.to_tsvector(_SIMPLE, func.coalesce(t.c.search_text, literal_column("''")))
+_TSVECTOR = func.to_tsvector(_SIMPLE, func.coalesce(si.c.search_text, literal_column("''")))
 # SQLite: the FTS5 table the migration keeps in step with `search_text` (its rowid is the id).
 _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
@@ -54,12 +54,12 @@ VECTOR_CHUNK = 4096
 def prefix_condition(prefix: str) -> ColumnElement[bool]:
     """Namespaces equal to `prefix` or below it: a range on the (C-ordered) column, since
     no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
-    return or_(t.c.namespace == prefix,
-               and_(t.c.namespace > prefix + "/", t.c.namespace < prefix + "0"))
+    return or_(si.c.namespace == prefix,
+               and_(si.c.namespace > prefix + "/", si.c.namespace < prefix + "0"))
 
 
 class StoreRepository(RevisionedRepository):
-    table = t
+    table = si
     key_columns = ("namespace", "key")
 
     def __init__(self, connection: Any, tenant_id: str, now: datetime) -> None:
@@ -71,7 +71,7 @@ class StoreRepository(RevisionedRepository):
         return bindparam("now", self.now, type_=UTCDateTime())
 
     def _expired(self) -> ColumnElement[bool]:
-        return and_(t.c.expires_at.is_not(None), t.c.expires_at <= self._now())
+        return and_(si.c.expires_at.is_not(None), si.c.expires_at <= self._now())
 
     def _live(self) -> ColumnElement[bool]:
         return and_(super()._live(), ~self._expired())
@@ -80,9 +80,9 @@ class StoreRepository(RevisionedRepository):
 
     async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
         """The row; an expired one reads as deleted at its expiry."""
-        gone = case((and_(t.c.deleted_at.is_(None), self._expired()), t.c.expires_at),
-                    else_=t.c.deleted_at).label("deleted_at")
-        stmt = select(*(c for c in t.c if c.name != "deleted_at"), gone).where(self._key(key))
+        gone = case((and_(si.c.deleted_at.is_(None), self._expired()), si.c.expires_at),
+                    else_=si.c.deleted_at).label("deleted_at")
+        stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(self._key(key))
         if lock and self.postgres:
             stmt = stmt.with_for_update(key_share=True)
         return (await self.connection.execute(stmt)).first()
@@ -97,8 +97,8 @@ class StoreRepository(RevisionedRepository):
         found: dict[str, int] = {}
         for name in index_names:
             dims = await self.connection.scalar(
-                select(v.c.dims).where(v.c.tenant_id == self.tenant_id,
-                                       v.c.index_name == name).limit(1))
+                select(sv.c.dims).where(sv.c.tenant_id == self.tenant_id,
+                                       sv.c.index_name == name).limit(1))
             if dims is not None:
                 found[name] = int(dims)
         return found
@@ -107,21 +107,21 @@ class StoreRepository(RevisionedRepository):
                              fields: Sequence[tuple[str, str | None]] | None = None) -> None:
         """The item's vectors: all, or those of (index, field) pairs (field None: the whole
         index)."""
-        stmt = delete(v).where(v.c.tenant_id == self.tenant_id, v.c.namespace == namespace,
-                               v.c.key == key)
+        stmt = delete(sv).where(sv.c.tenant_id == self.tenant_id, sv.c.namespace == namespace,
+                               sv.c.key == key)
         if fields is not None:
             if not fields:
                 return
             stmt = stmt.where(or_(*(
-                v.c.index_name == index if field is None
-                else and_(v.c.index_name == index, v.c.field == field)
+                sv.c.index_name == index if field is None
+                else and_(sv.c.index_name == index, sv.c.field == field)
                 for index, field in fields)))
         await self.connection.execute(stmt)
 
     async def insert_vectors(self, namespace: str, key: str,
                              rows: Sequence[tuple[str, str, int, bytes]]) -> None:
         if rows:
-            await self.connection.execute(insert(v), [
+            await self.connection.execute(insert(sv), [
                 {"tenant_id": self.tenant_id, "namespace": namespace, "key": key,
                  "index_name": index, "field": field, "dims": dims, "embedding": data}
                 for index, field, dims, data in rows])
@@ -141,7 +141,7 @@ class StoreRepository(RevisionedRepository):
         return self._pg_condition(c) if self.postgres else self._sqlite_condition(c)
 
     def _pg_condition(self, c: Condition) -> ColumnElement[bool]:
-        doc = cast(t.c.value, JSONB)
+        doc = cast(si.c.value, JSONB)
         at = doc.op("#>", return_type=JSONB)(cast(literal(list(c.path), ARRAY(Text)),
                                                   ARRAY(Text)))
         kind = func.jsonb_typeof(at)
@@ -174,8 +174,8 @@ class StoreRepository(RevisionedRepository):
 
     def _sqlite_condition(self, c: Condition) -> ColumnElement[bool]:
         path = "$" + "".join(f'."{step}"' for step in c.path)
-        kind = func.json_type(t.c.value, path)
-        at = func.json_extract(t.c.value, path)
+        kind = func.json_type(si.c.value, path)
+        at = func.json_extract(si.c.value, path)
         if c.op == "object":
             return kind == "object"
         operand = c.value
@@ -198,12 +198,12 @@ class StoreRepository(RevisionedRepository):
         return and_(kind.in_(kinds), getattr(at, comparison)(operand))
 
     def _order_recent(self) -> tuple[Any, ...]:
-        return t.c.updated_at.desc(), t.c.id.desc()
+        return si.c.updated_at.desc(), si.c.id.desc()
 
     async def recent(self, where: list[Any], limit: int, offset: int) -> list[AnyRow]:
         """Matching items, most recently updated first."""
         return list((await self.connection.execute(
-            select(t).where(*where).order_by(*self._order_recent()).limit(limit).offset(offset)
+            select(si).where(*where).order_by(*self._order_recent()).limit(limit).offset(offset)
         )).all())
 
     async def lexical(self, where: list[Any], words: Sequence[str],
@@ -213,12 +213,12 @@ class StoreRepository(RevisionedRepository):
         if self.postgres:
             query = func.to_tsquery(_SIMPLE, " | ".join(f"'{word}'" for word in words))
             rank: Any = func.ts_rank(_TSVECTOR, query)
-            stmt = (select(t, rank.label("score"))
+            stmt = (select(si, rank.label("score"))
                     .where(*where, _TSVECTOR.op("@@")(query)))
         else:
             rank = -func.bm25(literal_column("store_items_fts"))
-            stmt = (select(t, rank.label("score"))
-                    .select_from(t.join(_FTS, _FTS.c.rowid == t.c.id))
+            stmt = (select(si, rank.label("score"))
+                    .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
                     .where(*where, _FTS_MATCH.bindparams(
                         fts_query=" OR ".join(f'"{word}"' for word in words))))
         stmt = stmt.order_by(rank.desc(), *self._order_recent()).limit(limit)
@@ -230,14 +230,14 @@ class StoreRepository(RevisionedRepository):
         """The index's vectors of the matching items, a chunk at a time: (item ids,
         embeddings)."""
         after = 0
-        joined = t.join(v, and_(v.c.tenant_id == t.c.tenant_id, v.c.namespace == t.c.namespace,
-                                v.c.key == t.c.key))
+        joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
+                                  sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
         while True:
             rows = (await self.connection.execute(
-                select(v.c.id, t.c.id.label("item_id"), v.c.embedding).select_from(joined)
-                .where(*where, v.c.tenant_id == self.tenant_id, v.c.index_name == index,
-                       v.c.dims == dims, v.c.id > after)
-                .order_by(v.c.id).limit(VECTOR_CHUNK))).all()
+                select(sv.c.id, si.c.id.label("item_id"), sv.c.embedding).select_from(joined)
+                .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+                       sv.c.dims == dims, sv.c.id > after)
+                .order_by(sv.c.id).limit(VECTOR_CHUNK))).all()
             if not rows:
                 return
             yield [row.item_id for row in rows], [row.embedding for row in rows]
@@ -249,22 +249,22 @@ class StoreRepository(RevisionedRepository):
         if not ids:
             return {}
         rows = (await self.connection.execute(
-            select(t).where(t.c.tenant_id == self.tenant_id, t.c.id.in_(list(ids))))).all()
+            select(si).where(si.c.tenant_id == self.tenant_id, si.c.id.in_(list(ids))))).all()
         return {row.id: row for row in rows}
 
     async def without_vectors(self, where: list[Any], index: str, limit: int,
                               offset: int) -> list[AnyRow]:
         """Matching items with no vector in the index, most recently updated first."""
-        has = (select(v.c.id).where(v.c.tenant_id == t.c.tenant_id,
-                                    v.c.namespace == t.c.namespace, v.c.key == t.c.key,
-                                    v.c.index_name == index).exists())
+        has = (select(sv.c.id).where(sv.c.tenant_id == si.c.tenant_id,
+                                    sv.c.namespace == si.c.namespace, sv.c.key == si.c.key,
+                                    sv.c.index_name == index).exists())
         return await self.recent([*where, ~has], limit, offset)
 
     async def refresh(self, ids: Sequence[int], ttl_ms: int, expires_at: datetime) -> None:
         """Restart the time to live of live items (no new revision: it is bookkeeping)."""
         await self.connection.execute(
-            update(t).where(t.c.tenant_id == self.tenant_id, t.c.id.in_(list(ids)),
-                            t.c.ttl_ms == ttl_ms, self._live())
+            update(si).where(si.c.tenant_id == self.tenant_id, si.c.id.in_(list(ids)),
+                            si.c.ttl_ms == ttl_ms, self._live())
             .values(expires_at=expires_at))
 
     async def namespaces(self, prefix: str | None) -> list[str]:
@@ -273,4 +273,4 @@ class StoreRepository(RevisionedRepository):
         if prefix:
             where.append(prefix_condition(prefix))
         return list((await self.connection.scalars(
-            select(t.c.namespace).where(*where).distinct().order_by(t.c.namespace))).all())
+            select(si.c.namespace).where(*where).distinct().order_by(si.c.namespace))).all())

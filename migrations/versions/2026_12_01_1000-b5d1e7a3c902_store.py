@@ -27,27 +27,27 @@ LIVE_WITH_EXPIRY = sa.text("expires_at IS NOT NULL AND deleted_at IS NULL")
 # SQLite: lexical search reads an FTS5 table over `search_text`, kept in step by triggers
 # (external content: the text stays in store_items; the 'delete' command needs the old text).
 SQLITE_FTS = [
-    "CREATE VIRTUAL TABLE store_items_fts USING fts5(search_text, content='store_items', "
-    "content_rowid='id', tokenize='unicode61 remove_diacritics 0')",
-    "CREATE TRIGGER store_items_fts_insert AFTER INSERT ON store_items "
-    "WHEN new.search_text IS NOT NULL BEGIN "
-    "INSERT INTO store_items_fts(rowid, search_text) VALUES (new.id, new.search_text); END",
-    "CREATE TRIGGER store_items_fts_delete AFTER DELETE ON store_items "
-    "WHEN old.search_text IS NOT NULL BEGIN "
-    "INSERT INTO store_items_fts(store_items_fts, rowid, search_text) "
-    "VALUES ('delete', old.id, old.search_text); END",
-    "CREATE TRIGGER store_items_fts_update AFTER UPDATE OF search_text ON store_items BEGIN "
-    "INSERT INTO store_items_fts(store_items_fts, rowid, search_text) "
-    "SELECT 'delete', old.id, old.search_text WHERE old.search_text IS NOT NULL; "
-    "INSERT INTO store_items_fts(rowid, search_text) "
-    "SELECT new.id, new.search_text WHERE new.search_text IS NOT NULL; END",
+    ("CREATE VIRTUAL TABLE store_items_fts USING fts5(search_text, content='store_items', "
+     "content_rowid='id', tokenize='unicode61 remove_diacritics 0')"),
+    ("CREATE TRIGGER store_items_fts_insert AFTER INSERT ON store_items "
+     "WHEN new.search_text IS NOT NULL BEGIN "
+     "INSERT INTO store_items_fts(rowid, search_text) VALUES (new.id, new.search_text); END"),
+    ("CREATE TRIGGER store_items_fts_delete AFTER DELETE ON store_items "
+     "WHEN old.search_text IS NOT NULL BEGIN "
+     "INSERT INTO store_items_fts(store_items_fts, rowid, search_text) "
+     "VALUES ('delete', old.id, old.search_text); END"),
+    ("CREATE TRIGGER store_items_fts_update AFTER UPDATE OF search_text ON store_items BEGIN "
+     "INSERT INTO store_items_fts(store_items_fts, rowid, search_text) "
+     "SELECT 'delete', old.id, old.search_text WHERE old.search_text IS NOT NULL; "
+     "INSERT INTO store_items_fts(rowid, search_text) "
+     "SELECT new.id, new.search_text WHERE new.search_text IS NOT NULL; END"),
 ]
 # Postgres: full-text search over the same tokens, and containment over the value (filters).
 POSTGRES_GIN = [
-    "CREATE INDEX ix_store_items_search_text_gin ON store_items USING gin "
-    "(to_tsvector('simple'::regconfig, coalesce(search_text, '')))",
-    "CREATE INDEX ix_store_items_value_gin ON store_items USING gin "
-    "((value::jsonb) jsonb_path_ops)",
+    ("CREATE INDEX ix_store_items_search_text_gin ON store_items USING gin "
+     "(to_tsvector('simple'::regconfig, coalesce(search_text, '')))"),
+    ("CREATE INDEX ix_store_items_value_gin ON store_items USING gin "
+     "((value::jsonb) jsonb_path_ops)"),
 ]
 
 
