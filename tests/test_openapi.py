@@ -92,6 +92,12 @@ OPERATION_IDS = {
         "putCheckpointWrites",
     ("post", "/v1/checkpoints/delete-runs"): "deleteCheckpointRuns",
     ("get", "/v1/messages/{message_id}/lineage"): "getMessageLineage",
+    ("get", "/v1/store/items/{namespace}/{key}"): "getStoreItem",
+    ("put", "/v1/store/items/{namespace}/{key}"): "putStoreItem",
+    ("patch", "/v1/store/items/{namespace}/{key}"): "patchStoreItem",
+    ("delete", "/v1/store/items/{namespace}/{key}"): "deleteStoreItem",
+    ("post", "/v1/store/items/search"): "searchStoreItems",
+    ("post", "/v1/store/namespaces"): "listStoreNamespaces",
 }
 
 
@@ -179,8 +185,8 @@ def required_headers(spec: dict[str, Any], method: str, path: str) -> dict[str, 
             need(status, "Retry-After")
         if status == "401":
             need(status, "WWW-Authenticate")
-    revisioned = re.search(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$",
-                           path)
+    revisioned = re.search(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$"
+                           r"|/v1/store/items/\{namespace\}/\{key\}$", path)
     if revisioned and method in ("get", "put", "patch"):
         need("200", "ETag")
         need("304", "ETag")

@@ -187,6 +187,8 @@ async def api_view(client: httpx.AsyncClient, headers: dict[str, str],
     view["agent_states"] = await read_all(client, "/v1/agent-states")
     view["mcp_servers"] = await read_all(client, "/v1/mcp-servers", include_secrets="true")
     view["events"] = await read_all(client, "/v1/events")
+    view["store"] = (await client.post("/v1/store/items/search", json={
+        "vector": {"index": "tiny", "embedding": [1.0, -1.0]}, "limit": 100})).json()
     return view
 
 
@@ -278,6 +280,14 @@ async def populate(client: httpx.AsyncClient, headers: dict[str, str], tag: str)
         "server_type": "clock", "last_connected_at": "0999-01-02T03:04:05Z"},
         headers={"If-None-Match": "*"}), 201)
     await ok(client.delete(f"/v1/mcp-servers/old-{tag}", headers={"If-Match": '"1"'}), 204)
+    # Store items (a live one with a vector and a time to live, a deleted one) and a key of a
+    # write outside threads.
+    memory = f"/v1/store/items/users/{tag}@2Fx/memories"
+    await ok(client.put(f"{memory}/likes", json={
+        "value": {"text": "dark chocolate", "n": 2.5}, "ttl_seconds": 86400, "index": ["text"],
+        "vectors": {"tiny": {"text": [0.5, -1.0]}}}, headers={"Idempotency-Key": "mem-1"}), 201)
+    await ok(client.put(f"{memory}/old", json={"value": {}}), 201)
+    await ok(client.delete(f"{memory}/old", headers={"If-Match": '"1"'}), 204)
     return [a, b, gone]
 
 

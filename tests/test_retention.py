@@ -118,7 +118,8 @@ def test_gc_command_counts_and_removes(database_url: str, uid: str) -> None:
     assert dry.returncode == 0, dry.stderr
     counted = json.loads(dry.stdout)
     assert counted["dry_run"] is True and set(counted) == {
-        "dry_run", "expired_threads", "events", "tombstones", "idempotency_keys"}
+        "dry_run", "expired_threads", "events", "tombstones", "idempotency_keys",
+        "expired_store_items", "store_tombstones"}
     done = agentstate(database_url, "gc", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["dry_run"] is False

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictBool
 
 from app.agent_states.schemas import AgentStatePatch, AgentStateReplace
 from app.core.schemas import Name, Strict
 from app.messages.schemas import MessageBatch, MessageRedaction, MessageRemoval
+from app.store.schemas import ItemPatch, ItemReplace, Label, NamespacesIn, SearchIn
 from app.threads.schemas import ThreadPatch, ThreadReplace
 
 MAX_OPERATIONS = 100
@@ -73,9 +74,55 @@ class AgentStateDelete(_AgentOperation):
     op: Literal["agent_state.delete"]
 
 
+class _StoreItemOperation(Strict):
+    namespace: list[Label] = Field(min_length=1, max_length=10,
+                                   description="The item's namespace, as labels (not encoded).")
+    key: Annotated[str, Field(min_length=1)] = Field(description="The item's key (not encoded).")
+
+
+class _StoreWrite(_StoreItemOperation):
+    if_match: str | None = IfMatch
+
+
+class StorePut(_StoreWrite):
+    op: Literal["store.put"]
+    if_none_match: str | None = IfNoneMatch
+    body: ItemReplace
+
+
+class StorePatchOp(_StoreWrite):
+    op: Literal["store.patch"]
+    body: ItemPatch
+
+
+class StoreDelete(_StoreWrite):
+    op: Literal["store.delete"]
+    missing_ok: StrictBool = Field(False, description=(
+        "A missing item answers 404 in the results, whatever `if_match` says, instead of "
+        "ending the batch."))
+
+
+class StoreGet(_StoreItemOperation):
+    """A read: 200 with the item, or 404 without a body (a miss does not end the batch)."""
+
+    op: Literal["store.get"]
+    refresh_ttl: StrictBool = False
+
+
+class StoreSearch(Strict):
+    op: Literal["store.search"]
+    body: SearchIn
+
+
+class StoreListNamespaces(Strict):
+    op: Literal["store.list_namespaces"]
+    body: NamespacesIn
+
+
 Operation = Annotated[
     ThreadPut | ThreadPatchOp | ThreadDelete | MessagesAppend | MessagesRemove | MessagesRedact
-    | AgentStatePut | AgentStatePatchOp | AgentStateDelete,
+    | AgentStatePut | AgentStatePatchOp | AgentStateDelete | StorePut | StorePatchOp
+    | StoreDelete | StoreGet | StoreSearch | StoreListNamespaces,
     Field(discriminator="op"),
 ]
 

@@ -24,6 +24,12 @@ from app.batch.schemas import (
     MessagesRedact,
     MessagesRemove,
     OperationResult,
+    StoreDelete,
+    StoreGet,
+    StoreListNamespaces,
+    StorePatchOp,
+    StorePut,
+    StoreSearch,
     ThreadDelete,
     ThreadPatchOp,
     ThreadPut,
@@ -35,12 +41,13 @@ from app.db.base import AnyRow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.messages.service import MessageService
+from app.store.service import StoreService
 from app.threads.aggregate import ThreadAggregate
 from app.threads.service import ThreadService
 
 
 def _conditions(op: Any) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", op.if_match),
+    return Preconditions(ETagList.parse("If-Match", getattr(op, "if_match", None)),
                          ETagList.parse("If-None-Match", getattr(op, "if_none_match", None)))
 
 
@@ -52,8 +59,9 @@ class BatchService:
     async def run(self, body: BatchIn,
                   idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
         """The response body, and whether it replays an earlier request with the same
-        Idempotency-Key (scoped to the first operation's thread)."""
-        first = body.operations[0].thread_id
+        Idempotency-Key (scoped to the first operation's thread; to the tenant when the first
+        operation is a store operation)."""
+        first: str | None = getattr(body.operations[0], "thread_id", None)
         keys = IdempotencyService(self.uow, self.settings, "batch")
         replay = await keys.begin(first, idempotency)
         if replay is not None:
@@ -69,7 +77,9 @@ class BatchService:
                 exc.extra = {**exc.extra, "operation": index}
                 raise
         out = BatchOut(results=results).model_dump(mode="json")
-        if idempotency is not None:
+        if idempotency is not None and first is None:
+            await keys.save(None, idempotency, 200, out)
+        elif idempotency is not None and first is not None:
             try:
                 pk = await ThreadAggregate(self.uow, self.settings).live_pk(first)
             except NotFound:  # the batch deleted it: there is nothing to keep the key with
@@ -85,7 +95,8 @@ class BatchService:
         operation can have made stale; a thread's later operations read it again."""
         first: dict[str, Any] = {}
         for op in operations:
-            first.setdefault(op.thread_id, op)
+            if hasattr(op, "thread_id"):
+                first.setdefault(op.thread_id, op)
         patched = [thread_id for thread_id, op in first.items() if isinstance(op, ThreadPatchOp)]
         if len(patched) < 2:  # one thread: its patch reads it itself, no statement saved
             return {}
@@ -119,6 +130,8 @@ class BatchService:
                 op.thread_id, op.message_id, op.body, pre)
             return OperationResult(status=200, etag=etag(revision),
                                    body=message.model_dump(mode="json"))
+        if op.op.startswith("store."):
+            return await self._store(op, pre)
         states = AgentStateService(uow, settings)
         if isinstance(op, AgentStatePut):
             state, created = await states.replace(op.thread_id, op.agent_name, op.body, pre)
@@ -130,4 +143,35 @@ class BatchService:
                                    body=state.model_dump(mode="json"))
         assert isinstance(op, AgentStateDelete)
         await states.delete(op.thread_id, op.agent_name, pre)
+        return OperationResult(status=204)
+
+    async def _store(self, op: Any, pre: Preconditions) -> OperationResult:
+        store = StoreService(self.uow, self.settings)
+        if isinstance(op, StoreSearch):
+            return OperationResult(status=200, body=(await store.search(op.body)).model_dump(
+                mode="json"))
+        if isinstance(op, StoreListNamespaces):
+            return OperationResult(status=200, body=(await store.list_namespaces(
+                op.body)).model_dump(mode="json"))
+        namespace = "/".join(store.address.labels(op.namespace, "/namespace"))
+        key = store.address.key(op.key, "/key")
+        if isinstance(op, StoreGet):
+            try:
+                item = await store.get(namespace, key, refresh_ttl=op.refresh_ttl)
+            except NotFound:
+                return OperationResult(status=404)
+            return OperationResult(status=200, etag=etag(item.revision),
+                                   body=item.model_dump(mode="json"))
+        if isinstance(op, StorePut):
+            item, created = await store.replace(namespace, key, op.body, pre)
+            return OperationResult(status=201 if created else 200, etag=etag(item.revision),
+                                   body=item.model_dump(mode="json"))
+        if isinstance(op, StorePatchOp):
+            item = await store.merge(namespace, key, op.body, pre)
+            return OperationResult(status=200, etag=etag(item.revision),
+                                   body=item.model_dump(mode="json"))
+        assert isinstance(op, StoreDelete)
+        if op.missing_ok and not await store.exists(namespace, key):
+            return OperationResult(status=404)
+        await store.remove(namespace, key, pre)
         return OperationResult(status=204)

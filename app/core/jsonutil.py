@@ -134,3 +134,20 @@ def sqlite_contains(target_json: str | None, query_json: str | None) -> int:
     if target_json is None or query_json is None:
         return 0
     return int(contains(json.loads(target_json), json.loads(query_json)))
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values by JSON type: numbers numerically, booleans never numbers,
+    objects regardless of key order."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return _scalar_equal(a, b)
+
+
+def sqlite_json_equal(a_json: str | None, b_json: str | None) -> int:
+    """SQLite function `agentstate_json_equal(a, b)` (the store's filters)."""
+    if a_json is None or b_json is None:
+        return 0
+    return int(json_equal(json.loads(a_json), json.loads(b_json)))

@@ -142,6 +142,16 @@ class Settings(BaseSettings):
         description="Revisions of a thread's state history kept (a thread's `history_limit` "
                     "overrides it); 0 keeps none.")
 
+    # The store (API.md section 7b): limits checked before anything is written.
+    store_max_value_bytes: int = Field(
+        262_144, ge=1024, description="Largest store item value, as compact JSON (UTF-8).")
+    store_max_namespace_labels: int = Field(10, ge=1, le=10)
+    store_max_label_chars: int = Field(
+        255, ge=1, le=255, description="Longest namespace label as a URL segment (encoded).")
+    store_max_vector_dims: int = Field(4096, ge=1, le=16_000)
+    store_max_item_vectors: int = Field(
+        64, ge=1, le=1000, description="Vectors one store item holds at most (all indexes).")
+
     # The change feed (docs/events.md).
     events_max_wait_seconds: float = Field(
         60.0, gt=0, le=3600, description="Longest `GET /v1/events?wait=` a server grants.")

@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util import await_
 
 from app.core.errors import ServiceUnavailable
-from app.core.jsonutil import dumps, sqlite_contains
+from app.core.jsonutil import dumps, sqlite_contains, sqlite_json_equal
 from app.core.settings import Settings, data_dir, sqlite_file
 from app.db.diagnosis import FAILURES, Diagnosis, unavailable
 
@@ -238,6 +238,8 @@ def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
         dbapi_connection.create_function(
             "agentstate_json_contains", 2, sqlite_contains, deterministic=True
         )
+        dbapi_connection.create_function(
+            "agentstate_json_equal", 2, sqlite_json_equal, deterministic=True)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:

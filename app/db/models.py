@@ -6,13 +6,14 @@ from app.checkpoints.models import Checkpoint, CheckpointBlob, CheckpointItem, C
 from app.compactions.models import Compaction
 from app.db.base import Base
 from app.events.models import Event
-from app.idempotency.models import IdempotencyKey
+from app.idempotency.models import IdempotencyKey, TenantIdempotencyKey
 from app.mcp_servers.models import McpServer
 from app.messages.models import Message
+from app.store.models import StoreItem, StoreVector
 from app.threads.models import Thread, ThreadRevision
 
 __all__ = [
     "AgentState", "ApiKey", "Base", "Checkpoint", "CheckpointBlob", "CheckpointItem",
     "CheckpointWrite", "Compaction", "Event", "IdempotencyKey", "McpServer",
-    "Message", "Thread", "ThreadRevision",
+    "Message", "StoreItem", "StoreVector", "TenantIdempotencyKey", "Thread", "ThreadRevision",
 ]

@@ -36,6 +36,10 @@ class RevisionedRepository:
     def _live(self) -> ColumnElement[bool]:
         return and_(self.table.c.tenant_id == self.tenant_id, self.table.c.deleted_at.is_(None))
 
+    def _gone(self) -> ColumnElement[bool]:
+        """A row a create revives: a tombstone."""
+        return self.table.c.deleted_at.is_not(None)
+
     async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
         """The row (live or tombstone). `lock` holds it FOR NO KEY UPDATE on Postgres; SQLite's
         write transactions are serialised by BEGIN IMMEDIATE already."""
@@ -59,7 +63,7 @@ class RevisionedRepository:
             return row
         revived = await self.connection.execute(
             update(t)
-            .where(self._key(key), t.c.deleted_at.is_not(None))
+            .where(self._key(key), self._gone())
             .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
                     **values)
             .returning(*t.c)

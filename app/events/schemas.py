@@ -12,6 +12,7 @@ EventType = Literal[
     "compaction.created", "compaction.reverted",
     "agent_state.created", "agent_state.updated", "agent_state.deleted",
     "mcp_server.created", "mcp_server.updated", "mcp_server.deleted",
+    "store.item.created", "store.item.updated", "store.item.deleted", "store.item.expired",
 ]
 
 

@@ -23,6 +23,7 @@ from app.db.tenancy import request_tenant
 from app.db.unit import UnitOfWork
 from app.events.feed import Feed
 from app.events.repository import EventRepository
+from app.http.routing import PARSED_BODY
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
 PRINCIPAL = "agentstate.principal"
@@ -144,7 +145,34 @@ async def _write_unit(request: Request, principal: WriteAccess) -> AsyncIterator
         feed.written(principal.tenant_id)
 
 
+_TRUE = ("1", "on", "t", "true", "y", "yes")  # what a `bool` query parameter reads as true
+
+
+def _asks_refresh(request: Request) -> bool:
+    """`?refresh_ttl=true`, or `"refresh_ttl": true` in the JSON body."""
+    if request.query_params.get("refresh_ttl", "").lower() in _TRUE:
+        return True
+    parsed: tuple[Any] | None = request.scope.get(PARSED_BODY)
+    return parsed is not None and isinstance(parsed[0], dict) \
+        and parsed[0].get("refresh_ttl") is True
+
+
+async def _refreshing_unit(request: Request,
+                           principal: ReadAccess) -> AsyncIterator[UnitOfWork]:
+    """A read that may restart the time to live of what it returns (the store's
+    `refresh_ttl`): then a write transaction, committed before the response (bookkeeping, no
+    events), under the read scope; otherwise a read."""
+    if not _asks_refresh(request):
+        async with request.app.state.db.read() as connection:
+            yield UnitOfWork(connection, principal)
+        return
+    async with request.app.state.db.write() as connection:
+        yield UnitOfWork(connection, principal)
+        await connection.commit()
+
+
 # A Core connection inside, not an ORM Session: repositories run Core statements only, and
 # the Session's bookkeeping cost about 120 us a write (docs/PERFORMANCE.md).
 Reader = Annotated[UnitOfWork, Depends(_read_unit, scope="function")]
 Writer = Annotated[UnitOfWork, Depends(_write_unit, scope="function")]
+RefreshingReader = Annotated[UnitOfWork, Depends(_refreshing_unit, scope="function")]

@@ -45,6 +45,8 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,128}$")
 _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # Checkpoint writes have their own, higher body limit (AGENTSTATE_MAX_CHECKPOINT_BODY_BYTES).
 _CHECKPOINTS = re.compile(r"^/v1/threads/[^/]+/checkpoints(/|$)")
+# POSTs that only read (a body too long for a URL): a read-only key learns its body's errors.
+_READING_POSTS = re.compile(r"^/v1/store/(items/search|namespaces)$")
 
 
 MAX_URI_BYTES = 8192
@@ -279,7 +281,8 @@ class BodyLimitMiddleware:
             try:
                 parsed = self._check(scope, body)
             except AppError:
-                if principal is not None and not principal.can("write"):
+                if principal is not None and not principal.can("write") \
+                        and not _READING_POSTS.match(scope["path"]):
                     raise Forbidden("This API key lacks the 'write' scope.") from None
                 raise
             if parsed is not None:

@@ -43,6 +43,9 @@ TAGS = [
     {"name": "checkpoints", "description": "Immutable checkpoints of graph runtimes "
                                            "(LangGraph's saver interface), with their channel "
                                            "values and pending writes."},
+    {"name": "store", "description": "Memory that outlives a thread: JSON items by namespace "
+                                     "and key, with a time to live, searched by filter, text "
+                                     "and caller-computed vectors."},
 ]
 
 # An entity-tag list (RFC 9110 section 8.8.3) or `*`; opaque tags of visible ASCII.
@@ -107,9 +110,17 @@ EXAMPLES: dict[str, Any] = {
     "copyCheckpoints": {"thread_id": "support-42-copy"},
     "getCheckpointItems": {"digests": ["0123456789abcdef0123456789abcdef"]},
     "deleteCheckpointRuns": {"run_ids": ["run-1"]},
+    "putStoreItem": {"value": {"text": "Prefers window seats", "kind": "preference"},
+                     "index": ["text"], "ttl_seconds": 2592000,
+                     "vectors": {"minilm-384": {"text": [0.12, -0.03, 0.33]}}},
+    "patchStoreItem": {"value": {"kind": "travel-preference"}},
+    "searchStoreItems": {"namespace_prefix": ["users", "42"], "query": "seat preference",
+                         "filter": {"kind": "preference"}, "limit": 5},
+    "listStoreNamespaces": {"prefix": ["users"], "max_depth": 2},
 }
 
-_REVISIONED = re.compile(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$")
+_REVISIONED = re.compile(r"/v1/threads/\{thread_id\}$|/state$|/v1/mcp-servers/\{server_name\}$"
+                         r"|/v1/store/items/\{namespace\}/\{key\}$")
 _HEADERS = {
     "ETag": ("The resource's revision as a strong entity tag, e.g. `\"3\"`.", True),
     "Location": ("The URL of the resource created.", True),

@@ -36,3 +36,23 @@ class IdempotencyKey(Base):
     status: Mapped[int] = mapped_column(Integer)
     response: Mapped[dict[str, Any]] = mapped_column(JSONType)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TenantIdempotencyKey(Base):
+    """The same for a write outside threads (store items, a batch that starts with one):
+    scoped to the tenant and the endpoint."""
+
+    __tablename__ = "tenant_idempotency_keys"
+    __table_args__ = (
+        UniqueConstraint("tenant_id", "endpoint", "key"),
+        Index("ix_tenant_idempotency_keys_tenant_id_created_at", "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(Name)
+    endpoint: Mapped[str] = mapped_column(String(32))
+    key: Mapped[str] = mapped_column(String(255))
+    request_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[int] = mapped_column(Integer)
+    response: Mapped[dict[str, Any]] = mapped_column(JSONType)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

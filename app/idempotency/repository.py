@@ -10,10 +10,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
-from app.idempotency.models import IdempotencyKey
+from app.idempotency.models import IdempotencyKey, TenantIdempotencyKey
 from app.threads.models import Thread
 
 k = table(IdempotencyKey)
+tk = table(TenantIdempotencyKey)
 t = table(Thread)
 _PURGE_BATCH = 100
 
@@ -31,8 +32,13 @@ class IdempotencyRepository:
         return bool(await self.connection.scalar(
             select(func.pg_try_advisory_xact_lock(lock_key))))
 
-    async def get(self, thread_id: str, endpoint: str, key: str) -> AnyRow | None:
-        """The stored response for a key of a live thread."""
+    async def get(self, thread_id: str | None, endpoint: str, key: str) -> AnyRow | None:
+        """The stored response for a key of a live thread (None: of the tenant)."""
+        if thread_id is None:
+            return (await self.connection.execute(
+                select(tk.c.id, tk.c.request_hash, tk.c.status, tk.c.response, tk.c.created_at)
+                .where(tk.c.tenant_id == self.tenant_id, tk.c.endpoint == endpoint,
+                       tk.c.key == key))).first()
         return (await self.connection.execute(
             select(k.c.id, k.c.request_hash, k.c.status, k.c.response, k.c.created_at)
             .join(t, t.c.id == k.c.thread_pk)
@@ -41,8 +47,9 @@ class IdempotencyRepository:
                    k.c.endpoint == endpoint, k.c.key == key)
         )).first()
 
-    async def delete(self, row_id: int) -> None:
-        await self.connection.execute(delete(k).where(k.c.id == row_id))
+    async def delete(self, row_id: int, *, of_tenant: bool = False) -> None:
+        keys = tk if of_tenant else k
+        await self.connection.execute(delete(keys).where(keys.c.id == row_id))
 
     async def forget_thread(self, thread_pk: int) -> None:
         """Drop a thread's stored responses: they quote messages that were just removed or
@@ -50,17 +57,23 @@ class IdempotencyRepository:
         await self.connection.execute(
             delete(k).where(k.c.tenant_id == self.tenant_id, k.c.thread_pk == thread_pk))
 
-    async def purge_expired(self, before: datetime) -> None:
+    async def purge_expired(self, before: datetime, *, of_tenant: bool = False) -> None:
         """Lazy expiry, a bounded batch at a time, so no write ever pays for a backlog. Two
         statements, not DELETE ... IN (subquery), which Postgres may answer with a seq scan."""
+        keys = tk if of_tenant else k
         expired = (await self.connection.scalars(
-            select(k.c.id)
-            .where(k.c.tenant_id == self.tenant_id, k.c.created_at < before)
-            .order_by(k.c.created_at)
+            select(keys.c.id)
+            .where(keys.c.tenant_id == self.tenant_id, keys.c.created_at < before)
+            .order_by(keys.c.created_at)
             .limit(_PURGE_BATCH)
         )).all()
         if expired:
-            await self.connection.execute(delete(k).where(k.c.id.in_(expired)))
+            await self.connection.execute(delete(keys).where(keys.c.id.in_(expired)))
 
     async def insert(self, **values: Any) -> None:
+        """A key of a thread (`thread_pk`), or of the tenant (`thread_pk=None`)."""
+        if values.get("thread_pk", 0) is None:
+            del values["thread_pk"]
+            await self.connection.execute(insert(tk).values(tenant_id=self.tenant_id, **values))
+            return
         await self.connection.execute(insert(k).values(tenant_id=self.tenant_id, **values))

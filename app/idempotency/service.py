@@ -1,6 +1,7 @@
 """`Idempotency-Key` on the POSTs that append (messages, compactions), per API.md section 4.
 
-A key is scoped to (tenant, thread, endpoint). Its row holds a hash of the request body and
+A key is scoped to (tenant, thread, endpoint), or to (tenant, endpoint) for writes outside
+threads (store items). Its row holds a hash of the request body and
 the first response, and is written in the same transaction as the write it protects, so a
 key is stored exactly when its write committed. Replays are answered before any
 precondition is evaluated.
@@ -54,12 +55,13 @@ class IdempotencyService:
         self.endpoint = endpoint
         self.ttl = timedelta(hours=settings.idempotency_ttl_hours)
 
-    async def begin(self, thread_id: str, request: IdempotencyRequest | None) -> Replay | None:
+    async def begin(self, thread_id: str | None,
+                    request: IdempotencyRequest | None) -> Replay | None:
         """Claim the key for this transaction; the stored response if it was used before."""
         if request is None:
             return None
         lock_key = int.from_bytes(hashlib.sha256(
-            f"{self.tenant_id}\x00{thread_id}\x00{self.endpoint}\x00{request.key}".encode()
+            "\0".join((self.tenant_id, thread_id or "", self.endpoint, request.key)).encode()
         ).digest()[:8], "big", signed=True)
         if not await self.repo.try_claim(lock_key):
             raise IdempotencyInFlight(
@@ -70,7 +72,7 @@ class IdempotencyService:
         if stored is None:
             return None
         if stored.created_at < utcnow() - self.ttl:
-            await self.repo.delete(stored.id)
+            await self.repo.delete(stored.id, of_tenant=thread_id is None)
             return None
         if stored.request_hash != request.fingerprint:
             raise IdempotencyKeyReused(
@@ -86,12 +88,12 @@ class IdempotencyService:
         go (a retry of an earlier append is then a new append)."""
         await self.repo.forget_thread(thread_pk)
 
-    async def save(self, thread_pk: int, request: IdempotencyRequest | None, status: int,
+    async def save(self, thread_pk: int | None, request: IdempotencyRequest | None, status: int,
                    body: dict[str, Any]) -> None:
         if request is None:
             return
         now = utcnow()
-        await self.repo.purge_expired(now - self.ttl)
+        await self.repo.purge_expired(now - self.ttl, of_tenant=thread_pk is None)
         await self.repo.insert(thread_pk=thread_pk, endpoint=self.endpoint, key=request.key,
                                request_hash=request.fingerprint, status=status, response=body,
                                created_at=now)

@@ -129,6 +129,13 @@ KINDS: tuple[Kind, ...] = (
     Kind("checkpoint_write", "checkpoint_writes",
          (*THREAD_KEY, "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
          ("checkpoint_ns", "checkpoint_id", "task_id", "idx"), "thread"),
+    Kind("tenant_idempotency_key", "tenant_idempotency_keys", ("tenant_id", "endpoint", "key"),
+         ("tenant_id", "endpoint", "key"), "tenant"),
+    # The store (app/store): items and their vectors name their item by address.
+    Kind("store_item", "store_items", ("tenant_id", "namespace", "key"),
+         ("tenant_id", "namespace", "key"), "tenant"),
+    Kind("store_vector", "store_vectors", ("tenant_id", "namespace", "key", "index_name", "field"),
+         ("tenant_id", "namespace", "key", "index_name", "field"), "tenant"),
     # Events name their thread by id, not by key: those of a thread in the file travel in its
     # bundle, the others (MCP servers', a purged thread's) after the last bundle.
     Kind("event", "events", ("tenant_id", "seq"), ("seq",), "thread"),

@@ -205,12 +205,35 @@ def _checkpoint_write(record: dict[str, Any], settings: Settings) -> None:
         raise _fail("task_id", "must not be empty")
 
 
+def _store_address(record: dict[str, Any]) -> None:
+    from app.store.addressing import canonical_text
+
+    segments = [*record["namespace"].split("/"), record["key"]]
+    if any(canonical_text(segment) is None for segment in segments) or len(segments) > 11:
+        raise _fail("namespace", "namespace and key must be encoded labels (1-10 and a key)")
+
+
+def _store_item(record: dict[str, Any], settings: Settings) -> None:
+    _store_address(record)
+    if not isinstance(record["value"], dict):
+        raise _fail("value", "must be an object")
+    _at_least(record, 1, "revision")
+
+
+def _store_vector(record: dict[str, Any], settings: Settings) -> None:
+    _store_address(record)
+    if record["dims"] < 1 or len(record["embedding"]) != 4 * record["dims"]:
+        raise _fail("embedding", "must be dims float32 numbers")
+
+
 CHECKS: dict[str, Callable[[dict[str, Any], Settings], None]] = {
     "thread": _thread, "thread_revision": _thread_revision, "message": _message,
     "compaction": _compaction, "agent_state": _agent_state,
     "idempotency_key": _idempotency_key, "mcp_server": _mcp_server, "api_key": _api_key,
     "event": _event, "checkpoint": _checkpoint, "checkpoint_blob": _checkpoint_blob,
     "checkpoint_item": _checkpoint_item, "checkpoint_write": _checkpoint_write,
+    "store_item": _store_item, "store_vector": _store_vector,
+    "tenant_idempotency_key": _idempotency_key,
 }
 
 

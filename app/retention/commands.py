@@ -11,8 +11,9 @@ from typing import Any
 
 def register(sub: Any) -> None:
     gc = sub.add_parser(
-        "gc", help="remove what retention allows now: expired threads (ttl_seconds), and "
-                   "events, tombstones and idempotency records older than their retention")
+        "gc", help="remove what retention allows now: expired threads and store items "
+                   "(ttl_seconds), and events, tombstones and idempotency records older "
+                   "than their retention")
     gc.add_argument("--dry-run", action="store_true",
                     help="only count what would be removed")
     gc.set_defaults(func=_run_gc)

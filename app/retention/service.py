@@ -1,5 +1,6 @@
 """Retention (docs/events.md, docs/operations.md): events, tombstones and idempotency records
-kept for a configured time, and threads with a `ttl_seconds` deleted once it has passed.
+kept for a configured time, threads with a `ttl_seconds` deleted once it has passed, and
+store items past their `expires_at` blanked into tombstones.
 
 `sweep()` removes what is due a batch (`AGENTSTATE_SWEEP_BATCH` rows) per transaction, so no
 lock is held for long and writers interleave; a sweep takes at most `MAX_BATCHES` batches of
@@ -21,10 +22,11 @@ from app.core.principal import Principal
 from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.engine import Database
-from app.db.unit import UnitOfWork
+from app.db.unit import PendingEvent, UnitOfWork
 from app.events.feed import Feed
 from app.events.repository import EventRepository
 from app.retention.repository import RetentionRepository
+from app.store.addressing import item_path
 from app.threads.aggregate import ThreadAggregate
 
 log = logging.getLogger("agentstate.retention")
@@ -38,6 +40,8 @@ class SweepReport:
     events: int = 0
     tombstones: int = 0
     idempotency_keys: int = 0
+    expired_store_items: int = 0
+    store_tombstones: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -66,6 +70,9 @@ class Retention:
                 report.tombstones = await repo.count_tombstones(cut)
             report.idempotency_keys = await repo.count_idempotency_keys(
                 now - timedelta(hours=self.settings.idempotency_ttl_hours))
+            report.expired_store_items = await repo.count_expired_store_items(now)
+            if (cut := self._cutoff(self.settings.tombstone_retention_hours, now)) is not None:
+                report.store_tombstones = await repo.count_store_tombstones(cut)
         return report
 
     async def sweep(self, now: datetime | None = None) -> SweepReport:
@@ -86,7 +93,40 @@ class Retention:
         report.idempotency_keys = await self._batches(
             lambda repo: repo.old_idempotency_keys(keys_cut, self.batch),
             lambda repo, ids: repo.delete_idempotency_keys(ids))
+        report.idempotency_keys += await self._batches(
+            lambda repo: repo.old_idempotency_keys(keys_cut, self.batch, of_tenants=True),
+            lambda repo, ids: repo.delete_idempotency_keys(ids, of_tenants=True))
+        report.expired_store_items = await self._expire_store_items(now)
+        if tombstones_cut is not None:
+            report.store_tombstones = await self._batches(
+                lambda repo: repo.old_store_tombstones(tombstones_cut, self.batch),
+                lambda repo, ids: repo.delete_store_items(ids))
         return report
+
+    async def _expire_store_items(self, now: datetime) -> int:
+        """Expired store items become tombstones, a batch per transaction, each with a
+        `store.item.expired` event (actor "retention"). Reads stopped returning them at
+        their expiry already; this frees their content."""
+        expired = 0
+        for _ in range(MAX_BATCHES):
+            async with self.db.write() as connection, connection.begin():
+                repo = RetentionRepository(connection)
+                due = await repo.expired_store_items(now, self.batch)
+                done = await repo.expire_store_items(due, now)
+                by_tenant: dict[str, list[PendingEvent]] = {}
+                for row in done:
+                    by_tenant.setdefault(row.tenant_id, []).append(PendingEvent(
+                        "store.item.expired", item_path(row.namespace, row.key), row.revision,
+                        None))
+                for tenant_id, events in by_tenant.items():
+                    await EventRepository(connection, tenant_id).append(ACTOR, events)
+            expired += len(done)
+            if self.feed is not None:
+                for tenant_id in by_tenant:
+                    self.feed.written(tenant_id)
+            if len(due) < self.batch:
+                break
+        return expired
 
     async def _batches(self, find: Callable[[RetentionRepository], Awaitable[list[int]]],
                        remove: Callable[[RetentionRepository, list[int]], Awaitable[int]]

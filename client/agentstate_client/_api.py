@@ -26,6 +26,7 @@ from agentstate_client._core import (
     segment,
 )
 from agentstate_client.errors import NotFound, PreconditionFailed
+from agentstate_client.ids import encode_id
 from agentstate_client.models import (
     AgentState,
     AppendResult,
@@ -37,6 +38,7 @@ from agentstate_client.models import (
     Message,
     Page,
     RemoveResult,
+    StoreItem,
     Thread,
     ThreadRevision,
 )
@@ -76,6 +78,51 @@ def _thread_path(thread_id: str) -> str:
 
 def _agent_state_path(thread_id: str, agent_name: str) -> str:
     return f"{_thread_path(thread_id)}/agents/{segment(agent_name)}/state"
+
+
+# If-None-Match naming an ETag no revision has (revisions start at 1): a write that holds
+# whether or not the item exists, for upserts (API.md 7b).
+OVERWRITE = {"If-None-Match": '"0"'}
+
+
+def store_path(namespace: Sequence[str], key: str) -> str:
+    """`/v1/store/items/{labels}/{key}`, each label and the key encoded as `encode_id`
+    writes them (ValueError for an empty one, as the server would refuse it)."""
+    if isinstance(namespace, str):
+        raise TypeError("namespace is a sequence of labels, not a string")
+    return "/v1/store/items/" + "/".join(map(encode_id, [*namespace, key]))
+
+
+def store_item_body(value: JsonObject, index: Sequence[str] | Literal[False] | None = None,
+                    ttl_seconds: float | None = None,
+                    vectors: Mapping[str, Mapping[str, Sequence[float]]] | None = None
+                    ) -> JsonObject:
+    """The body of a store item's PUT (and of a batch's `store.put`)."""
+    return drop_none(value=value, index=index if index is False or index is None
+                     else list(index), ttl_seconds=ttl_seconds,
+                     vectors={name: {field: list(v) for field, v in fields.items()}
+                              for name, fields in vectors.items()} if vectors else None)
+
+
+def store_search_body(namespace_prefix: Sequence[str], *, filter: JsonObject | None = None,
+                      query: str | None = None, vector: Sequence[float] | None = None,
+                      vector_index: str | None = None, metric: str = "cosine",
+                      limit: int = 10, offset: int = 0, refresh_ttl: bool = False) -> JsonObject:
+    if (vector is None) != (vector_index is None):
+        raise ValueError("vector and vector_index go together")
+    return drop_none(
+        namespace_prefix=list(namespace_prefix), filter=filter, query=query,
+        vector={"index": vector_index, "embedding": list(vector), "metric": metric}
+        if vector is not None else None,
+        limit=limit, offset=offset, refresh_ttl=refresh_ttl or None)
+
+
+def store_namespaces_body(*, prefix: Sequence[str] | None = None,
+                          suffix: Sequence[str] | None = None, max_depth: int | None = None,
+                          limit: int = 100, offset: int = 0) -> JsonObject:
+    return drop_none(prefix=list(prefix) if prefix is not None else None,
+                     suffix=list(suffix) if suffix is not None else None,
+                     max_depth=max_depth, limit=limit, offset=offset)
 
 
 def _apply(fn: StateFn, state: JsonObject) -> JsonObject:
@@ -686,6 +733,94 @@ class _Api:
         body = yield from self._core.json(Request(
             "POST", "/v1/checkpoints/delete-runs", json={"run_ids": list(run_ids)}))
         return int(body["count"])
+
+    # Store (API.md 7b) -------------------------------------------------------------------
+
+    @operation
+    def get_store_item(self, namespace: Sequence[str], key: str, *,
+                       refresh_ttl: bool = False) -> Op[StoreItem]:
+        """One store item; `refresh_ttl` restarts its time to live. Raises `NotFound` (also
+        for an expired item)."""
+        return StoreItem.from_json((yield from self._core.json(Request(
+            "GET", store_path(namespace, key),
+            params={"refresh_ttl": "true"} if refresh_ttl else {}))))
+
+    @operation
+    def put_store_item(self, namespace: Sequence[str], key: str, value: JsonObject, *,
+                       index: Sequence[str] | Literal[False] | None = None,
+                       ttl_seconds: float | None = None,
+                       vectors: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+                       if_match: ETagValue | None = None, create_only: bool = False,
+                       overwrite: bool = False,
+                       idempotency_key: str | None = None) -> Op[StoreItem]:
+        """Create or replace a store item. `index`: the value's fields lexical search reads
+        (default: all of it; False: none); `vectors`: `{index_name: {field: embedding}}`,
+        computed by the caller. Replacing needs `if_match` (a revision or `"*"`), or
+        `overwrite=True` (write whatever is there, present or not: LangGraph's put);
+        `create_only=True` only creates. With `idempotency_key` a lost answer is retried."""
+        headers = _conditions(if_match, create_only)
+        if overwrite:
+            if headers:
+                raise ValueError("overwrite excludes if_match and create_only")
+            headers = dict(OVERWRITE)
+        if idempotency_key is not None:
+            headers.update(_idempotency(idempotency_key))
+        return StoreItem.from_json((yield from self._core.json(Request(
+            "PUT", store_path(namespace, key),
+            json=store_item_body(value, index, ttl_seconds, vectors), headers=headers))))
+
+    @operation
+    def patch_store_item(self, namespace: Sequence[str], key: str, *,
+                         value: JsonObject | None = None, ttl_seconds: float | None = None,
+                         clear_ttl: bool = False,
+                         vectors: Mapping[str, Mapping[str, Sequence[float] | None] | None]
+                         | None = None,
+                         if_match: ETagValue | None = None) -> Op[StoreItem]:
+        """Merge-patch (RFC 7396) a store item's value (and vectors, per index and field;
+        None removes); `ttl_seconds` replaces its time to live, `clear_ttl` removes it."""
+        body = drop_none(value=value, ttl_seconds=ttl_seconds,
+                         vectors=dict(vectors) if vectors is not None else None)
+        if clear_ttl:
+            body["ttl_seconds"] = None
+        return StoreItem.from_json((yield from self._core.json(Request(
+            "PATCH", store_path(namespace, key), json=body, headers=_conditions(if_match),
+            content_type=MERGE_PATCH))))
+
+    @operation
+    def delete_store_item(self, namespace: Sequence[str], key: str, *,
+                          if_match: ETagValue | None = None) -> Op[None]:
+        """Delete a store item (`if_match="*"`: whatever revision). Raises `NotFound`."""
+        yield from self._core.call(Request("DELETE", store_path(namespace, key),
+                                           headers=_conditions(if_match)))
+
+    @operation
+    def search_store(self, namespace_prefix: Sequence[str] = (), *,
+                     filter: JsonObject | None = None, query: str | None = None,
+                     vector: Sequence[float] | None = None, vector_index: str | None = None,
+                     metric: Literal["cosine", "inner_product", "l2"] = "cosine",
+                     limit: int = 10, offset: int = 0,
+                     refresh_ttl: bool = False) -> Op[Page[StoreItem]]:
+        """Store items under `namespace_prefix`: matching `filter`, ranked by `query` (full
+        text), by `vector` (in `vector_index`), or by both fused; most recent first without
+        either. `has_more` says whether `offset + limit` continues."""
+        body = store_search_body(namespace_prefix, filter=filter, query=query, vector=vector,
+                                 vector_index=vector_index, metric=metric, limit=limit,
+                                 offset=offset, refresh_ttl=refresh_ttl)
+        return _page(StoreItem, (yield from self._core.json(Request(
+            "POST", "/v1/store/items/search", json=body))))
+
+    @operation
+    def list_store_namespaces(self, *, prefix: Sequence[str] | None = None,
+                              suffix: Sequence[str] | None = None,
+                              max_depth: int | None = None, limit: int = 100,
+                              offset: int = 0) -> Op[list[tuple[str, ...]]]:
+        """The namespaces holding items, sorted; `"*"` in `prefix`/`suffix` matches any one
+        label; `max_depth` cuts them to that many labels."""
+        body = yield from self._core.json(Request(
+            "POST", "/v1/store/namespaces", json=store_namespaces_body(
+                prefix=prefix, suffix=suffix, max_depth=max_depth, limit=limit,
+                offset=offset)))
+        return [tuple(namespace) for namespace in body["data"]]
 
     # Events ------------------------------------------------------------------------------
 

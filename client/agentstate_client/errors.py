@@ -23,7 +23,8 @@ factory: `error_from_response`. Catch as narrowly or as broadly as you need:
         ├── UnsupportedMediaType (415)
         ├── UnprocessableEntity (422) UnknownField, IdempotencyKeyReused,
         │                             CompactionNotContiguous, MessageNotLive, MessageNotFound,
-        │                             UnknownSecret, ParentNotFound
+        │                             UnknownSecret, ParentNotFound, StoreValueTooLarge,
+        │                             VectorDimsMismatch, TooManyVectors
         ├── PreconditionRequired (428)
         ├── TooManyRequests (429)
         ├── InternalServerError (500) SecretsUndecryptable
@@ -48,9 +49,9 @@ __all__ = [
     "MessageNotFound", "MessageNotLive", "MessageReferenced", "NotAcceptable", "NotFound",
     "NotReady", "ParentNotFound", "PayloadTooLarge",
     "PreconditionFailed", "PreconditionRequired", "RevisionMismatch", "SecretsNotConfigured",
-    "SecretsUndecryptable", "ServiceUnavailable", "ThreadDeleted", "ThreadExists",
-    "TooManyRequests", "Unauthorized", "UnknownField", "UnknownSecret", "UnprocessableEntity",
-    "UnsupportedMediaType", "error_from_response",
+    "SecretsUndecryptable", "ServiceUnavailable", "StoreValueTooLarge", "ThreadDeleted",
+    "ThreadExists", "TooManyRequests", "TooManyVectors", "Unauthorized", "UnknownField", "UnknownSecret", "UnprocessableEntity",
+    "UnsupportedMediaType", "VectorDimsMismatch", "error_from_response",
 ]
 
 
@@ -261,6 +262,25 @@ class UnknownSecret(UnprocessableEntity):
     """`"***"` asked to keep a stored MCP server secret that does not exist."""
 
     default_code = "unknown_secret"
+
+
+class StoreValueTooLarge(UnprocessableEntity):
+    """A store item's value is over the server's limit (AGENTSTATE_STORE_MAX_VALUE_BYTES)."""
+
+    default_code = "value_too_large"
+
+
+class VectorDimsMismatch(UnprocessableEntity):
+    """A vector's dimension differs from what its store index holds (a new embedding model
+    is a new index name)."""
+
+    default_code = "vector_dims_mismatch"
+
+
+class TooManyVectors(UnprocessableEntity):
+    """A store item was given more vectors than the server allows."""
+
+    default_code = "too_many_vectors"
 
 
 class PreconditionRequired(APIError):

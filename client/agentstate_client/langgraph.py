@@ -68,11 +68,12 @@ except ImportError:  # pragma: no cover - depends on the environment
 from agentstate_client._api import _Api
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client._core import Op
+from agentstate_client._langgraph_store import AgentStateStore
 from agentstate_client._sync import AgentStateClient
 from agentstate_client.errors import AgentStateError, CheckpointItemsMissing, NotFound
 from agentstate_client.ids import decode_id, encode_id
 
-__all__ = ["AgentStateSaver"]
+__all__ = ["AgentStateSaver", "AgentStateStore"]
 
 LIST_TYPE = "agentstate.list"  # the type tag of a value sent as its items
 # A DeltaChannel's snapshot of a list (its messages), sent as the list's items too: each

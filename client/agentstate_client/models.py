@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
     "AgentState", "AppendResult", "Compaction", "Event", "JsonObject", "McpServer", "Message",
-    "Page", "RemoveResult", "Thread", "ThreadRevision",
+    "Page", "RemoveResult", "StoreItem", "Thread", "ThreadRevision",
 ]
 
 JsonObject = dict[str, Any]
@@ -22,7 +22,7 @@ T = TypeVar("T")
 M = TypeVar("M", bound="_Model")
 W = TypeVar("W", bound="_MessagesWritten")
 
-_TIMESTAMPS = frozenset({"created_at", "updated_at", "at", "last_connected_at"})
+_TIMESTAMPS = frozenset({"created_at", "updated_at", "at", "last_connected_at", "expires_at"})
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -214,3 +214,25 @@ class Page(Generic[T]):
     data: list[T]
     next_cursor: str | None
     has_more: bool
+
+
+@dataclass(frozen=True)
+class StoreItem(_Revisioned):
+    """One item of the store: a JSON value under a namespace (labels) and a key. `score` is
+    its relevance in a search with a query or a vector (None otherwise)."""
+
+    namespace: tuple[str, ...]
+    key: str
+    value: JsonObject
+    revision: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None = None
+    ttl_seconds: float | None = None
+    index: list[str] | Literal[False] | None = None
+    score: float | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> StoreItem:
+        item = super().from_json(data)
+        return dataclasses.replace(item, namespace=tuple(item.namespace))

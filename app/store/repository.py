@@ -1,0 +1,276 @@
+"""Store items and their vectors. Every statement is scoped by tenant; revisions change only
+inside SQL (`app/db/revisioned.py`). An item whose `expires_at` has passed is read as a
+tombstone by every statement here, whether or not the sweeper has blanked it yet."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Integer,
+    Numeric,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    column,
+    delete,
+    false,
+    func,
+    insert,
+    literal,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy import table as sql_table
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+
+from app.core.jsonutil import dumps
+from app.db.base import AnyRow, UTCDateTime, table
+from app.db.dialect import dialect_name
+from app.db.revisioned import Key, RevisionedRepository
+from app.store.filters import Condition
+from app.store.models import StoreItem, StoreVector
+
+si = table(StoreItem)
+sv = table(StoreVector)
+_SIMPLE: Any = literal_column("'simple'::regconfig")
+# Postgres: the expression of the GIN index ix_store_items_search_text_gin (the migration).
+_TSVECTOR = func.to_tsvector(_SIMPLE, func.coalesce(si.c.search_text, literal_column("''")))
+# SQLite: the FTS5 table the migration keeps in step with `search_text` (its rowid is the id).
+_FTS = sql_table("store_items_fts", column("rowid", Integer))
+_FTS_MATCH = text("store_items_fts MATCH :fts_query")
+VECTOR_CHUNK = 4096
+
+
+def prefix_condition(prefix: str) -> ColumnElement[bool]:
+    """Namespaces equal to `prefix` or below it: a range on the (C-ordered) column, since
+    no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
+    return or_(si.c.namespace == prefix,
+               and_(si.c.namespace > prefix + "/", si.c.namespace < prefix + "0"))
+
+
+class StoreRepository(RevisionedRepository):
+    table = si
+    key_columns = ("namespace", "key")
+
+    def __init__(self, connection: Any, tenant_id: str, now: datetime) -> None:
+        super().__init__(connection, tenant_id)
+        self.now = now
+        self.postgres = dialect_name(connection) == "postgresql"
+
+    def _now(self) -> Any:
+        return bindparam("now", self.now, type_=UTCDateTime())
+
+    def _expired(self) -> ColumnElement[bool]:
+        return and_(si.c.expires_at.is_not(None), si.c.expires_at <= self._now())
+
+    def _live(self) -> ColumnElement[bool]:
+        return and_(super()._live(), ~self._expired())
+
+    # --- one item (RevisionedResource) --------------------------------------------------
+
+    async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
+        """The row; an expired one reads as deleted at its expiry."""
+        gone = case((and_(si.c.deleted_at.is_(None), self._expired()), si.c.expires_at),
+                    else_=si.c.deleted_at).label("deleted_at")
+        stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(self._key(key))
+        if lock and self.postgres:
+            stmt = stmt.with_for_update(key_share=True)
+        return (await self.connection.execute(stmt)).first()
+
+    def _gone(self) -> ColumnElement[bool]:
+        return or_(super()._gone(), self._expired())
+
+    # --- vectors ------------------------------------------------------------------------
+
+    async def dims_of(self, index_names: Sequence[str]) -> dict[str, int]:
+        """The dimension each named vector index holds in this tenant (absent: empty)."""
+        found: dict[str, int] = {}
+        for name in index_names:
+            dims = await self.connection.scalar(
+                select(sv.c.dims).where(sv.c.tenant_id == self.tenant_id,
+                                       sv.c.index_name == name).limit(1))
+            if dims is not None:
+                found[name] = int(dims)
+        return found
+
+    async def delete_vectors(self, namespace: str, key: str,
+                             fields: Sequence[tuple[str, str | None]] | None = None) -> None:
+        """The item's vectors: all, or those of (index, field) pairs (field None: the whole
+        index)."""
+        stmt = delete(sv).where(sv.c.tenant_id == self.tenant_id, sv.c.namespace == namespace,
+                               sv.c.key == key)
+        if fields is not None:
+            if not fields:
+                return
+            stmt = stmt.where(or_(*(
+                sv.c.index_name == index if field is None
+                else and_(sv.c.index_name == index, sv.c.field == field)
+                for index, field in fields)))
+        await self.connection.execute(stmt)
+
+    async def insert_vectors(self, namespace: str, key: str,
+                             rows: Sequence[tuple[str, str, int, bytes]]) -> None:
+        if rows:
+            await self.connection.execute(insert(sv), [
+                {"tenant_id": self.tenant_id, "namespace": namespace, "key": key,
+                 "index_name": index, "field": field, "dims": dims, "embedding": data}
+                for index, field, dims, data in rows])
+
+    # --- search -------------------------------------------------------------------------
+
+    def scope(self, prefix: str | None, conditions: Sequence[Condition]) -> list[Any]:
+        """The WHERE of a search: live, unexpired items of the tenant under `prefix` whose
+        value meets every condition."""
+        where: list[Any] = [self._live()]
+        if prefix:
+            where.append(prefix_condition(prefix))
+        where.extend(self._condition(c) for c in conditions)
+        return where
+
+    def _condition(self, c: Condition) -> ColumnElement[bool]:
+        return self._pg_condition(c) if self.postgres else self._sqlite_condition(c)
+
+    def _pg_condition(self, c: Condition) -> ColumnElement[bool]:
+        doc = cast(si.c.value, JSONB)
+        at = doc.op("#>", return_type=JSONB)(cast(literal(list(c.path), ARRAY(Text)),
+                                                  ARRAY(Text)))
+        kind = func.jsonb_typeof(at)
+        if c.op == "object":
+            return kind == "object"
+        operand = c.value
+        if c.op in ("$eq", "$ne"):
+            if operand is None:
+                equal = or_(at.is_(None), kind == "null")
+            elif isinstance(operand, (dict, list)):
+                equal = and_(at.is_not(None), at == cast(literal(dumps(operand)), JSONB))
+            else:
+                # Containment of the scalar at its path: served by the value's GIN index. The
+                # document is rendered into the statement: with a parameter, a prepared
+                # statement's generic plan cannot estimate it and scans every item.
+                nested: Any = operand
+                for step in reversed(c.path):
+                    nested = {step: nested}
+                document = bindparam(None, dumps(nested), type_=Text, literal_execute=True)
+                equal = doc.op("@>", is_comparison=True)(cast(document, JSONB))
+            return equal if c.op == "$eq" else ~equal
+        comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
+        if isinstance(operand, str):
+            subject: Any = doc.op("#>>", return_type=Text)(
+                cast(literal(list(c.path), ARRAY(Text)), ARRAY(Text))).collate("C")
+            wanted, bound = "string", literal(operand, Text)
+        else:
+            subject, wanted, bound = cast(at, Numeric), "number", literal(operand, Numeric)
+        return case((kind == wanted, getattr(subject, comparison)(bound)), else_=false())
+
+    def _sqlite_condition(self, c: Condition) -> ColumnElement[bool]:
+        path = "$" + "".join(f'."{step}"' for step in c.path)
+        kind = func.json_type(si.c.value, path)
+        at = func.json_extract(si.c.value, path)
+        if c.op == "object":
+            return kind == "object"
+        operand = c.value
+        if c.op in ("$eq", "$ne"):
+            if operand is None:
+                equal = or_(kind.is_(None), kind == "null")
+            elif isinstance(operand, bool):
+                equal = func.coalesce(kind == ("true" if operand else "false"), False)
+            elif isinstance(operand, (int, float)):
+                equal = func.coalesce(and_(kind.in_(("integer", "real")), at == operand), False)
+            elif isinstance(operand, str):
+                equal = func.coalesce(and_(kind == "text", at == operand), False)
+            else:
+                equal = func.coalesce(and_(
+                    kind == ("object" if isinstance(operand, dict) else "array"),
+                    func.agentstate_json_equal(at, dumps(operand)) == 1), False)
+            return cast(equal, Boolean) if c.op == "$eq" else ~cast(equal, Boolean)
+        comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
+        kinds = ("text",) if isinstance(operand, str) else ("integer", "real")
+        return and_(kind.in_(kinds), getattr(at, comparison)(operand))
+
+    def _order_recent(self) -> tuple[Any, ...]:
+        return si.c.updated_at.desc(), si.c.id.desc()
+
+    async def recent(self, where: list[Any], limit: int, offset: int) -> list[AnyRow]:
+        """Matching items, most recently updated first."""
+        return list((await self.connection.execute(
+            select(si).where(*where).order_by(*self._order_recent()).limit(limit).offset(offset)
+        )).all())
+
+    async def lexical(self, where: list[Any], words: Sequence[str],
+                      limit: int) -> list[tuple[AnyRow, float]]:
+        """The best `limit` items matching any of `words`, with their text rank (Postgres
+        ts_rank; SQLite minus FTS5's bm25): higher is better."""
+        if self.postgres:
+            query = func.to_tsquery(_SIMPLE, " | ".join(f"'{word}'" for word in words))
+            rank: Any = func.ts_rank(_TSVECTOR, query)
+            stmt = (select(si, rank.label("score"))
+                    .where(*where, _TSVECTOR.op("@@")(query)))
+        else:
+            rank = -func.bm25(literal_column("store_items_fts"))
+            stmt = (select(si, rank.label("score"))
+                    .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
+                    .where(*where, _FTS_MATCH.bindparams(
+                        fts_query=" OR ".join(f'"{word}"' for word in words))))
+        stmt = stmt.order_by(rank.desc(), *self._order_recent()).limit(limit)
+        rows = (await self.connection.execute(stmt)).all()
+        return [(row, float(row.score)) for row in rows]
+
+    async def vectors(self, where: list[Any], index: str,
+                      dims: int) -> AsyncIterator[tuple[list[int], list[bytes]]]:
+        """The index's vectors of the matching items, a chunk at a time: (item ids,
+        embeddings)."""
+        after = 0
+        joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
+                                  sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
+        while True:
+            rows = (await self.connection.execute(
+                select(sv.c.id, si.c.id.label("item_id"), sv.c.embedding).select_from(joined)
+                .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+                       sv.c.dims == dims, sv.c.id > after)
+                .order_by(sv.c.id).limit(VECTOR_CHUNK))).all()
+            if not rows:
+                return
+            yield [row.item_id for row in rows], [row.embedding for row in rows]
+            if len(rows) < VECTOR_CHUNK:
+                return
+            after = rows[-1].id
+
+    async def by_ids(self, ids: Sequence[int]) -> dict[int, AnyRow]:
+        if not ids:
+            return {}
+        rows = (await self.connection.execute(
+            select(si).where(si.c.tenant_id == self.tenant_id, si.c.id.in_(list(ids))))).all()
+        return {row.id: row for row in rows}
+
+    async def without_vectors(self, where: list[Any], index: str, limit: int,
+                              offset: int) -> list[AnyRow]:
+        """Matching items with no vector in the index, most recently updated first."""
+        has = (select(sv.c.id).where(sv.c.tenant_id == si.c.tenant_id,
+                                    sv.c.namespace == si.c.namespace, sv.c.key == si.c.key,
+                                    sv.c.index_name == index).exists())
+        return await self.recent([*where, ~has], limit, offset)
+
+    async def refresh(self, ids: Sequence[int], ttl_ms: int, expires_at: datetime) -> None:
+        """Restart the time to live of live items (no new revision: it is bookkeeping)."""
+        await self.connection.execute(
+            update(si).where(si.c.tenant_id == self.tenant_id, si.c.id.in_(list(ids)),
+                            si.c.ttl_ms == ttl_ms, self._live())
+            .values(expires_at=expires_at))
+
+    async def namespaces(self, prefix: str | None) -> list[str]:
+        """The distinct namespaces of live items, under `prefix` when given."""
+        where = [self._live()]
+        if prefix:
+            where.append(prefix_condition(prefix))
+        return list((await self.connection.scalars(
+            select(si.c.namespace).where(*where).distinct().order_by(si.c.namespace))).all())

@@ -1,0 +1,139 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from app.core.errors import NotFound
+from app.core.revisions import etag
+from app.core.settings import Settings
+from app.http.dependencies import Reader, RefreshingReader, SettingsDep, Writer
+from app.http.idempotency import IdempotencyDep
+from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional
+from app.http.problems import responses
+from app.http.routing import ParsedBodyRoute
+from app.store.addressing import Addressing, item_path
+from app.store.schemas import (
+    ItemOut,
+    ItemPatch,
+    ItemReplace,
+    NamespacePage,
+    NamespacesIn,
+    SearchIn,
+    SearchPage,
+)
+from app.store.service import StoreService, Written
+
+router = APIRouter(tags=["store"], route_class=ParsedBodyRoute)
+
+ITEM = "/v1/store/items/{namespace:path}/{key}"
+_LABEL = r"[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,254}"
+MERGE_PATCH = {"application/merge-patch+json": {
+    "schema": {"$ref": "#/components/schemas/ItemPatch"}}}
+# POSTs that only read: the `read` scope is enough (tests/test_auth_matrix.py reads this).
+READ_ONLY = {"x-agentstate-scope": "read"}
+_SEGMENTS = ("Each label and the key written as a name: bytes outside `A-Z a-z 0-9 . _ : -` "
+             "(and `@`, and a leading `.`) as `@XX`, upper-case hex (as "
+             "`agentstate_client.ids.encode_id` writes them).")
+
+
+async def _address(
+    request: Request, settings: SettingsDep,
+    namespace: Annotated[str, Path(
+        pattern=rf"^{_LABEL}(/{_LABEL}){{0,9}}$",
+        description=f"The namespace's labels joined by `/`, e.g. `users/42/memories`. "
+                    f"{_SEGMENTS}")],
+    key: Annotated[str, Path(pattern=rf"^{_LABEL}$", description="The item's key, encoded "
+                                                                 "the same way.")],
+) -> tuple[str, str]:
+    """The item a URL names. An encoded `/` (`%2F`) is never a separator: no item has it
+    (a label holding `/` writes it `@2F`)."""
+    if b"%2f" in (request.scope.get("raw_path") or b"").lower():
+        raise NotFound("No store item has %2F in its URL; a label's / is written @2F.")
+    address = _addressing(settings)
+    return address.path_namespace(namespace), address.path_key(key)
+
+
+def _addressing(settings: Settings) -> Addressing:
+    return Addressing(settings.store_max_namespace_labels, settings.store_max_label_chars)
+
+
+Address = Annotated[tuple[str, str], Depends(_address)]
+
+
+def _answer(written: Written, address: tuple[str, str]) -> Response:
+    headers: dict[str, str] = {}
+    if written.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    if written.body is None:
+        return Response(status_code=written.status, headers=headers)
+    headers["ETag"] = etag(written.body["revision"])
+    if written.status == 201:
+        headers["Location"] = item_path(*address)
+    return JSONResponse(written.body, status_code=written.status, headers=headers)
+
+
+@router.get(ITEM, response_model=ItemOut, responses={**responses(404), **NOT_MODIFIED},
+            summary="Get a store item")
+async def get_store_item(
+    address: Address, response: Response, uow: RefreshingReader, settings: SettingsDep,
+    validator: Validator,
+    refresh_ttl: Annotated[bool, Query(
+        description="Restart the item's time to live (when it has one).")] = False,
+) -> ItemOut | Response:
+    item = await StoreService(uow, settings).get(*address, refresh_ttl=refresh_ttl)
+    return conditional(response, item, item.revision, validator)
+
+
+@router.put(ITEM, response_model=ItemOut,
+            responses={**responses(404, 409, 412, 428), 201: {"model": ItemOut}},
+            summary="Create or replace a store item")
+async def put_store_item(address: Address, body: ItemReplace, uow: Writer,
+                         settings: SettingsDep, pre: Conditions,
+                         idempotency: IdempotencyDep) -> Response:
+    """201 with `Location` when it creates, else 200; `ETag` either way. Section 2 applies
+    (`If-None-Match: *` creates only; an existing item needs `If-Match`)."""
+    written = await StoreService(uow, settings).put(*address, body, pre, idempotency)
+    return _answer(written, address)
+
+
+@router.patch(ITEM, response_model=ItemOut, responses=responses(404, 409, 412, 428),
+              openapi_extra={"requestBody": {"content": MERGE_PATCH}},
+              summary="Merge-patch a store item (RFC 7396)")
+async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()], uow: Writer,
+                           settings: SettingsDep, pre: Conditions,
+                           idempotency: IdempotencyDep) -> Response:
+    written = await StoreService(uow, settings).patch(*address, body, pre, idempotency)
+    return _answer(written, address)
+
+
+@router.delete(ITEM, status_code=204, responses=responses(404, 409, 412, 428),
+               summary="Delete a store item")
+async def delete_store_item(address: Address, uow: Writer, settings: SettingsDep,
+                            pre: Conditions, idempotency: IdempotencyDep) -> Response:
+    written = await StoreService(uow, settings).delete(*address, pre, idempotency)
+    return _answer(written, address)
+
+
+@router.post("/v1/store/items/search", response_model=SearchPage, responses=responses(),
+             openapi_extra=READ_ONLY,
+             summary="Search store items by namespace prefix, filter, text and vector")
+async def search_store_items(body: SearchIn, uow: RefreshingReader,
+                             settings: SettingsDep) -> SearchPage:
+    """Without `query` or `vector`: the matching items, most recently updated first. With
+    `query`: full-text relevance; with `vector`: similarity to it (exact); with both:
+    reciprocal rank fusion of the two rankings. Needs only the `read` scope."""
+    return await StoreService(uow, settings).search(body)
+
+
+@router.post("/v1/store/namespaces", response_model=NamespacePage, responses=responses(),
+             openapi_extra=READ_ONLY, summary="List the namespaces of store items")
+async def list_store_namespaces(body: NamespacesIn, uow: Reader,
+                                settings: SettingsDep) -> NamespacePage:
+    """Namespaces holding at least one live item, in label order, filtered by `prefix` and
+    `suffix` (`*` matches any one label) and cut to `max_depth`. Needs only the `read`
+    scope."""
+    return await StoreService(uow, settings).list_namespaces(body)
+
+

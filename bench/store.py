@@ -1,0 +1,211 @@
+"""The store (issue 28): `AgentStateStore` over HTTP against LangGraph's `AsyncPostgresStore`
+in-process, on the same Postgres, in the same run; then search latency at 10,000 and
+100,000 items in one namespace.
+
+Part 1, LangGraph's interface on both sides (put, get, a filtered search), alternating call
+by call so both see the same machine: agentstate is a real `agentstate serve` (1 worker),
+AsyncPostgresStore keeps its tables in the schema `lgst` of the same database.
+
+Part 2, agentstate's search endpoint over HTTP, on N items in one namespace (loaded with
+SQL, as the server would have stored them: tokens, float32 vectors): a filtered search
+(equality, 1% of the items match, 10 results), lexical (one word, 10 results), vector
+exact (cosine, 128 dimensions), hybrid (the word and the vector). HNSW needs pgvector,
+which this machine's Postgres lacks: that row says so.
+
+    .venv/bin/python -m bench.store                  # 10,000 and 100,000 items
+    .venv/bin/python -m bench.store --sizes 1000 --calls 20   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from agentstate_client import AsyncAgentStateClient
+from agentstate_client.langgraph import AgentStateStore
+from langgraph.store.postgres.aio import AsyncPostgresStore
+from sqlalchemy.engine import make_url
+
+from bench.server import (
+    agentstate_server,
+    create_postgres_database,
+    drop_postgres_database,
+    migrate,
+)
+
+DIMS = 128
+TAGS = 100  # a tag's equality filter matches 1% of the items
+WORDS = (
+    "risk", "manager", "position", "exposure", "acceptable", "tighter", "stop", "analyst",
+    "divergence", "hourly", "chart", "portfolio", "sizing", "capped", "earnings", "review",
+    "momentum", "volume", "breakout", "support", "resistance", "liquidity", "spread", "hedge",
+    "option", "delta", "gamma", "volatility", "skew", "yield",
+)
+
+
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def row(name: str, samples: list[float]) -> dict[str, Any]:
+    return {"name": name, "p50": statistics.median(samples), "p99": pct(samples, 0.99)}
+
+
+async def timed(call: Callable[[], Awaitable[Any]]) -> float:
+    started = time.perf_counter()
+    await call()
+    return (time.perf_counter() - started) * 1000
+
+
+def memory(rng: random.Random, n: int) -> dict[str, Any]:
+    return {"text": " ".join(rng.choice(WORDS) for _ in range(12)), "tag": f"t{n % TAGS}",
+            "n": n}
+
+
+async def interface(base_url: str, lgst_dsn: str, calls: int) -> list[dict[str, Any]]:
+    """put, get and a filtered search through LangGraph's BaseStore, both stores."""
+    rng = random.Random(1)
+    ours = AgentStateStore(async_client=AsyncAgentStateClient(base_url))
+    results: dict[str, dict[str, list[float]]] = {}
+    async with AsyncPostgresStore.from_conn_string(lgst_dsn) as theirs:
+        await theirs.setup()
+        stores = {"agentstate": ours, "AsyncPostgresStore": theirs}
+        namespace = ("bench", uuid.uuid4().hex[:8])
+        for name, store in stores.items():  # warm both: connections, statement caches
+            for n in range(20):
+                await store.aput(namespace, f"warm{n}", memory(rng, n))
+        for n in range(calls):
+            value = memory(rng, n)
+            for name, store in stores.items():
+                samples = results.setdefault(name, {"put": [], "get": [], "search": []})
+                key = f"k{n}"
+                samples["put"].append(await timed(
+                    lambda s=store, k=key, v=value: s.aput(namespace, k, v)))
+                samples["get"].append(await timed(lambda s=store, k=key: s.aget(namespace, k)))
+                samples["search"].append(await timed(lambda s=store, v=value: s.asearch(
+                    namespace, filter={"tag": v["tag"]}, limit=10)))
+    out = []
+    for op in ("put", "get", "search"):
+        mine = statistics.median(results["agentstate"][op])
+        theirs_ = statistics.median(results["AsyncPostgresStore"][op])
+        out.append({"op": op, "agentstate_p50": mine, "agentstate_p99": pct(
+            results["agentstate"][op], 0.99), "AsyncPostgresStore_p50": theirs_,
+            "AsyncPostgresStore_p99": pct(results["AsyncPostgresStore"][op], 0.99),
+            "ratio": mine / theirs_})
+    await ours.aclose()
+    return out
+
+
+async def load(plain_dsn: str, namespace: str, key_prefix: str, count: int,
+               rng: random.Random) -> None:
+    """`count` items (and one 128-d vector each) in one namespace, written as the server
+    writes them."""
+    import asyncpg
+    import numpy as np
+
+    from app.store.text import search_text
+
+    now = datetime.now(UTC)
+    connection = await asyncpg.connect(plain_dsn)
+    try:
+        items, vectors = [], []
+        for n in range(count):
+            value = memory(rng, n)
+            items.append(("default", namespace, f"{key_prefix}{n}", 1, json.dumps(value),
+                          json.dumps(["text"]), search_text(value, ["text"]), now, now))
+            vectors.append(("default", namespace, f"{key_prefix}{n}", "bench", "text", DIMS,
+                            np.asarray([rng.gauss(0, 1) for _ in range(DIMS)], "<f4").tobytes()))
+        await connection.copy_records_to_table(
+            "store_items", records=items, columns=[
+                "tenant_id", "namespace", "key", "revision", "value", "index_fields",
+                "search_text", "created_at", "updated_at"])
+        await connection.copy_records_to_table(
+            "store_vectors", records=vectors, columns=[
+                "tenant_id", "namespace", "key", "index_name", "field", "dims", "embedding"])
+        await connection.execute("ANALYZE store_items; ANALYZE store_vectors")
+    finally:
+        await connection.close()
+
+
+async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
+                  calls: int) -> list[dict[str, Any]]:
+    rng = random.Random(2)
+    out = []
+    async with AsyncAgentStateClient(base_url, timeout=300) as client:
+        for size in sizes:
+            label = f"scale{size}"
+            await load(plain_dsn, label, "k", size, rng)
+            prefix = [label]
+            vector = [rng.gauss(0, 1) for _ in range(DIMS)]
+            searches: dict[str, Callable[[], Awaitable[Any]]] = {
+                "filtered (1%, 10 results)": lambda p=prefix: client.search_store(
+                    p, filter={"tag": f"t{rng.randrange(TAGS)}"}, limit=10),
+                "lexical (one word)": lambda p=prefix: client.search_store(
+                    p, query=rng.choice(WORDS), limit=10),
+                "vector exact (cosine, 128-d)": lambda p=prefix, v=vector: client.search_store(
+                    p, vector=v, vector_index="bench", limit=10),
+                "hybrid (word + vector)": lambda p=prefix, v=vector: client.search_store(
+                    p, query=rng.choice(WORDS), vector=v, vector_index="bench", limit=10),
+            }
+            for name, call in searches.items():
+                await call()  # warm
+                runs = calls if "vector" not in name and "hybrid" not in name \
+                    else max(5, calls // 4)
+                samples = [await timed(call) for _ in range(runs)]
+                out.append({"items": size, **row(name, samples), "calls": runs})
+            out.append({"items": size, "name": "vector HNSW", "p50": None, "p99": None,
+                        "calls": 0, "note": "no pgvector on this Postgres"})
+    return out
+
+
+async def run(url: str, sizes: list[int], calls: int) -> None:
+    import asyncpg
+
+    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    connection = await asyncpg.connect(plain)
+    await connection.execute("CREATE SCHEMA lgst")
+    await connection.close()
+    lgst_dsn = plain + "?options=-csearch_path%3Dlgst"
+    with agentstate_server(url, workers=1) as server:
+        rows = await interface(server.base_url, lgst_dsn, calls)
+        print("| op | agentstate p50 / p99 ms | AsyncPostgresStore p50 / p99 ms | ratio (p50) |")
+        print("|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['op']} | {r['agentstate_p50']:.2f} / {r['agentstate_p99']:.2f} | "
+                  f"{r['AsyncPostgresStore_p50']:.2f} / {r['AsyncPostgresStore_p99']:.2f} | "
+                  f"{r['ratio']:.2f} |")
+        scaled = await scaling(server.base_url, plain, sizes, calls)
+        print("\n| items | search | p50 ms | p99 ms | calls |")
+        print("|---|---|---|---|---|")
+        for r in scaled:
+            if r["p50"] is None:
+                print(f"| {r['items']} | {r['name']} | - | - | {r['note']} |")
+            else:
+                print(f"| {r['items']} | {r['name']} | {r['p50']:.1f} | {r['p99']:.1f} | "
+                      f"{r['calls']} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--calls", type=int, default=200)
+    args = parser.parse_args()
+    url = create_postgres_database()
+    try:
+        migrate(url)
+        asyncio.run(run(url, [int(s) for s in args.sizes.split(",")], args.calls))
+    finally:
+        drop_postgres_database(url)
+
+
+if __name__ == "__main__":
+    main()
