@@ -65,7 +65,7 @@ def _installed(distribution: str) -> bool:
     return True
 
 
-def tracer_provider(names: list[str]) -> TracerProvider:
+def tracer_provider(names: list[str], service_version: str) -> TracerProvider:
     """A tracer provider exporting to `names` (`exporter_names`), each through a batch
     processor (its queue and schedule from `OTEL_BSP_*`), sampled as `OTEL_TRACES_SAMPLER`
     says; the service is `agentstate` unless `OTEL_SERVICE_NAME` or
@@ -74,12 +74,10 @@ def tracer_provider(names: list[str]) -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from app import __version__
-
     resource = Resource.create()
     if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
         resource = resource.merge(Resource({SERVICE_NAME: "agentstate",
-                                            SERVICE_VERSION: __version__}))
+                                            SERVICE_VERSION: service_version}))
     provider = TracerProvider(resource=resource)
     for name in names:
         point = next(iter(entry_points(group=GROUP, name=name)))

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.auth.tenancy import request_tenant
+from app import __version__ as agentstate_version
 from app.core.settings import Settings
 from app.core.tracing import exporter_names, tracer_provider
+from app.db.tenancy import request_tenant
 from app.http.dependencies import PRINCIPAL
 
 if TYPE_CHECKING:
@@ -61,11 +62,10 @@ class _On(Tracing):
         # whole process (and traces every `connect`); its EngineTracer is the part that
         # listens to one engine's statements, which is all a server built here needs.
         from opentelemetry.instrumentation.sqlalchemy.engine import EngineTracer
-        from opentelemetry.instrumentation.sqlalchemy.version import __version__
         from opentelemetry.metrics import NoOpMeter
 
         tracer = self.provider.get_tracer("opentelemetry.instrumentation.sqlalchemy",
-                                          __version__)
+                                          agentstate_version)
         usage = NoOpMeter("agentstate").create_up_down_counter("db.client.connections.usage")
         EngineTracer(tracer, engine.sync_engine, usage)  # type: ignore[no-untyped-call]
 
@@ -87,7 +87,8 @@ def install_tracing(app: FastAPI, settings: Settings,
 
     owned = provider is None
     if provider is None:
-        provider = tracer_provider(exporter_names(settings.otel_traces_exporter or ""))
+        provider = tracer_provider(exporter_names(settings.otel_traces_exporter or ""),
+                                   agentstate_version)
     sanitize = get_custom_headers("OTEL_INSTRUMENTATION_HTTP_CAPTURE_HEADERS_SANITIZE_FIELDS")
     app.add_middleware(_Describe)  # inside the server span, outside the request id
     app.add_middleware(
