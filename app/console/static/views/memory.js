@@ -127,11 +127,18 @@ function searchForm(query, scope) {
     h("button", { type: "submit" }, "Search"), problem);
 }
 
+/** A score to four significant digits (its title holds the digits the API sent); null: unscored. */
+function score(value) {
+  if (value === null || value === undefined) return "—";
+  const n = Number(value);
+  return n !== 0 && (Math.abs(n) < 1e-3 || Math.abs(n) >= 1e6) ? n.toExponential(3) : n.toPrecision(4);
+}
+
 function itemRows(items, { scored = false, under = 0 } = {}) {
   return items.map((item) => h("tr", {},
     h("td", {}, itemLink(item)),
     h("td", {}, item.namespace.length > under ? labelsView(item.namespace.slice(under)) : h("span", { class: "muted" }, "—")),
-    scored ? h("td", { class: "num score" }, item.score === null || item.score === undefined ? "—" : String(item.score)) : null,
+    scored ? h("td", { class: "num score", title: item.score ?? undefined }, score(item.score)) : null,
     h("td", { class: "num" }, String(item.revision)),
     h("td", {}, time(item.updated_at)),
     h("td", {}, time(item.expires_at)),
