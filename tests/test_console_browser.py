@@ -152,6 +152,8 @@ def seed_store(api: httpx.Client, other: httpx.Client) -> None:
         (other, ("tenant-b-only",), "x", {"value": {"kind": "pref"}}),
     ):
         _put(client, item_url(namespace, key), body, None)
+    for i in range(27):  # a namespace of two pages
+        _put(api, item_url(("paging",), f"note-{i:02d}"), {"value": {"i": i}}, None)
 
 
 @pytest.fixture(scope="module")
@@ -502,10 +504,10 @@ def test_memory_namespaces_items_search_and_an_item(site: Site, open_page: Calla
     page = watched.page
     page.get_by_role("heading", name="Memory", exact=True).wait_for()
     rows = page.locator("tbody tr")
-    expect(rows).to_have_count(4)  # tenant a's four namespaces, in label order
+    expect(rows).to_have_count(5)  # tenant a's namespaces, in label order
     assert "<script>alert(9)</script>" in rows.first.inner_text() and "U+202E" in rows.first.inner_text()
     assert [r.locator(".ns-label").all_inner_texts() for r in rows.all()][1:] == [
-        [*U42, "memories"], [*U42, "prefs"], ["users", "u7", "prefs"]]
+        ["paging"], [*U42, "memories"], [*U42, "prefs"], ["users", "u7", "prefs"]]
     assert "tenant-b-only" not in page.content()
     shot(site, watched, "memory")
     # A prefix of labels, one holding "/": typed as JSON; the link is the API's spelling.
@@ -516,6 +518,7 @@ def test_memory_namespaces_items_search_and_an_item(site: Site, open_page: Calla
     page.get_by_role("heading", name=re.compile("memories")).wait_for()
     assert page.url.endswith(memory_hash((*U42, "memories")))
     assert texts(page, "tbody tr td:first-child") == ["digest", "trip-lisbon"]  # newest first
+    shot(site, watched, "memory-namespace")
     # The big value: its array folded, with its size.
     page.get_by_role("link", name="digest", exact=True).click()
     page.get_by_role("heading", name="digest").wait_for()
@@ -554,6 +557,22 @@ def test_memory_namespaces_items_search_and_an_item(site: Site, open_page: Calla
     page.goto(f"{site.url}#/memory/search?q=hostile")
     page.get_by_role("link", name=EVIL_KEY).wait_for()
     assert page.evaluate(INERT) == [0, 0, 0, 0]
+
+
+def test_memory_items_are_paged(site: Site, open_page: Callable[..., Watched]) -> None:
+    watched = open_page(memory_hash(("paging",)))
+    page = watched.page
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(25)
+    one = texts(page, "tbody tr td:first-child")
+    page.get_by_role("link", name="Next page →").click()
+    expect(rows).to_have_count(2)
+    two = texts(page, "tbody tr td:first-child")
+    assert one + two == [f"note-{i:02d}" for i in reversed(range(27))]  # newest first, no gap
+    assert page.get_by_role("link", name="Next page →").count() == 0
+    page.get_by_role("link", name="← Previous page").click()
+    expect(rows).to_have_count(25)
+    assert texts(page, "tbody tr td:first-child") == one
 
 
 def test_memory_of_another_tenant_is_not_shown(site: Site, open_page: Callable[..., Watched]) -> None:
