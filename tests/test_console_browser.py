@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
+from agentstate_client.ids import encode_id
 from playwright.sync_api import expect
 
 from app.core.secretbox import new_key
@@ -35,6 +37,9 @@ SECRET = "s3cr3t-token-value-7f1c"
 DEEP: dict[str, Any] = {"leaf": "bottom"}
 for _level in range(50):
     DEEP = {f"level{_level}": DEEP}
+U42 = ("users", "u/42")  # a label holding "/": written u@2F42 in URLs
+EVIL_LABEL = "<script>alert(9)</script>\u202eu/1"
+EVIL_KEY = "<script>alert(10)</script>"
 WATCH_CSP = """
 window.__violations = [];
 document.addEventListener("securitypolicyviolation",
@@ -118,6 +123,37 @@ def seed(site: Site) -> None:
     seed_messages(api, LIVE, 3, "before")
     other = httpx.Client(base_url=site.server.base_url, headers=bearer(site.key_b))
     _put(other, f"/v1/threads/{FOREIGN}", {"state": {"secret": "tenant b"}}, None)
+    seed_store(api, other)
+
+
+def item_url(namespace: tuple[str, ...], key: str) -> str:
+    """A store item's path, its labels and key encoded as API.md section 7b says."""
+    return "/v1/store/items/" + "/".join(encode_id(label) for label in (*namespace, key))
+
+
+def memory_hash(namespace: tuple[str, ...], key: str | None = None) -> str:
+    """The console's link to a namespace (or an item): the API's spelling as one segment."""
+    path = quote("/".join(encode_id(label) for label in namespace), safe="")
+    return f"#/memory/ns/{path}" + (f"/{quote(encode_id(key), safe='')}" if key else "")
+
+
+def seed_store(api: httpx.Client, other: httpx.Client) -> None:
+    """Memory items of tenant a (one hostile, one big), and tenant b's under the same names."""
+    notes = [f"note {i}: " + "lorem ipsum " * 40 for i in range(300)]  # about 150 KB
+    for client, namespace, key, body in (
+        (api, (*U42, "prefs"), "theme", {"value": {"kind": "pref", "text": "Prefers dark mode and short answers"}, "ttl_seconds": 86400}),
+        (api, ("users", "u7", "prefs"), "theme", {"value": {"kind": "pref", "text": "Prefers light mode"}}),
+        (api, (*U42, "memories"), "trip-lisbon", {"value": {"kind": "episode", "text": "Booked a flight to Lisbon"}}),
+        (api, (*U42, "memories"), "digest", {"value": {"kind": "digest", "notes": notes}, "index": False}),
+        (api, (EVIL_LABEL, "a.b/c"), EVIL_KEY, {"value": {
+            "kind": "pref", "text": "dark hostile", "link": "javascript:alert(13)",
+            "html": "<script>alert(11)</script><img src=x onerror=alert(12)>"}}),
+        (other, (*U42, "prefs"), "tenant-b-secret", {"value": {"kind": "pref", "text": "dark mode of tenant b"}}),
+        (other, ("tenant-b-only",), "x", {"value": {"kind": "pref"}}),
+    ):
+        _put(client, item_url(namespace, key), body, None)
+    for i in range(27):  # a namespace of two pages
+        _put(api, item_url(("paging",), f"note-{i:02d}"), {"value": {"i": i}}, None)
 
 
 @pytest.fixture(scope="module")
@@ -453,6 +489,106 @@ def test_keyboard_and_narrow_screens(site: Site, open_page: Callable[..., Watche
     page.keyboard.press("Enter")
     page.get_by_role("heading", name=MAIN).wait_for()
     assert link.count() == 0
+
+
+INERT = """() => [
+  document.querySelectorAll('img, svg, iframe, object, embed, b, form:not(.filters):not(.key-form)').length,
+  [...document.scripts].filter(s => !s.src.endsWith('/console/assets/main.js')).length,
+  [...document.querySelectorAll('*')].filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length,
+  [...document.querySelectorAll('a')].filter(a => !a.getAttribute('href').startsWith('#')).length,
+]"""
+
+
+def test_memory_namespaces_items_search_and_an_item(site: Site, open_page: Callable[..., Watched]) -> None:
+    watched = open_page("#/memory")
+    page = watched.page
+    page.get_by_role("heading", name="Memory", exact=True).wait_for()
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(5)  # tenant a's namespaces, in label order
+    assert "<script>alert(9)</script>" in rows.first.inner_text() and "U+202E" in rows.first.inner_text()
+    assert [r.locator(".ns-label").all_inner_texts() for r in rows.all()][1:] == [
+        ["paging"], [*U42, "memories"], [*U42, "prefs"], ["users", "u7", "prefs"]]
+    assert "tenant-b-only" not in page.content()
+    shot(site, watched, "memory")
+    # A prefix of labels, one holding "/": typed as JSON; the link is the API's spelling.
+    page.get_by_label("Namespace starts with").fill('["users", "u/42"]')
+    page.get_by_role("button", name="Filter").click()
+    expect(rows).to_have_count(2)
+    page.get_by_role("link", name=re.compile("memories")).click()
+    page.get_by_role("heading", name=re.compile("memories")).wait_for()
+    assert page.url.endswith(memory_hash((*U42, "memories")))
+    assert texts(page, "tbody tr td:first-child") == ["digest", "trip-lisbon"]  # newest first
+    shot(site, watched, "memory-namespace")
+    # The big value: its array folded, with its size.
+    page.get_by_role("link", name="digest", exact=True).click()
+    page.get_by_role("heading", name="digest").wait_for()
+    value = page.locator(".json")
+    assert re.search(r"300 items, 1\d\d\.\d KB", value.inner_text()), value.inner_text()
+    assert value.locator("details[open] details").count() == 1
+    assert value.locator("details[open] details[open]").count() == 0
+    assert "never" in page.locator("dl").inner_text()  # expires_at null
+    # Lexical search with a filter: the two-word match first, each with its score; the
+    # episode that names Lisbon is filtered out, tenant b's match is not there.
+    page.goto(f"{site.url}#/memory")
+    page.get_by_label("Search text").fill("dark mode Lisbon")
+    page.get_by_label("Filter (JSON)").fill('{"kind": "pref"}')
+    page.get_by_role("button", name="Search").click()
+    page.get_by_role("heading", name="Search memory").wait_for()
+    expect(rows).to_have_count(3)
+    assert sorted(texts(page, "tbody tr td:first-child")) == sorted([EVIL_KEY, "theme", "theme"])
+    assert rows.first.locator(".ns-label").all_inner_texts() == [*U42, "prefs"]
+    assert [float(score) > 0 for score in texts(page, "tbody td.score")] == [True] * 3
+    assert "tenant b" not in page.content()
+    shot(site, watched, "memory-search")
+    # An item: facts and value, its hash a shareable link; nothing hostile became markup.
+    rows.first.get_by_role("link", name="theme").click()
+    page.get_by_role("heading", name="theme").wait_for()
+    facts = page.locator("dl").inner_text()
+    assert re.search(r"Revision\s+1\s", facts) and "86,400 s after its last write" in facts
+    assert "Prefers dark mode and short answers" in page.locator(".json").inner_text()
+    assert page.url.endswith(memory_hash((*U42, "prefs"), "theme"))
+    shot(site, watched, "memory-item")
+    hostile = open_page(memory_hash((EVIL_LABEL, "a.b/c"), EVIL_KEY))
+    page = hostile.page
+    page.get_by_role("heading", name=EVIL_KEY).wait_for()
+    assert "javascript:alert(13)" in page.locator(".json").inner_text()
+    assert "U+202E" in page.locator(".crumbs").inner_text()
+    assert page.evaluate(INERT) == [0, 0, 0, 0]
+    page.goto(f"{site.url}#/memory/search?q=hostile")
+    page.get_by_role("link", name=EVIL_KEY).wait_for()
+    assert page.evaluate(INERT) == [0, 0, 0, 0]
+
+
+def test_memory_items_are_paged(site: Site, open_page: Callable[..., Watched]) -> None:
+    watched = open_page(memory_hash(("paging",)))
+    page = watched.page
+    rows = page.locator("tbody tr")
+    expect(rows).to_have_count(25)
+    one = texts(page, "tbody tr td:first-child")
+    page.get_by_role("link", name="Next page →").click()
+    expect(rows).to_have_count(2)
+    two = texts(page, "tbody tr td:first-child")
+    assert one + two == [f"note-{i:02d}" for i in reversed(range(27))]  # newest first, no gap
+    assert page.get_by_role("link", name="Next page →").count() == 0
+    page.get_by_role("link", name="← Previous page").click()
+    expect(rows).to_have_count(25)
+    assert texts(page, "tbody tr td:first-child") == one
+
+
+def test_memory_of_another_tenant_is_not_shown(site: Site, open_page: Callable[..., Watched]) -> None:
+    foreign = memory_hash((*U42, "prefs"), "tenant-b-secret")
+    watched = open_page(foreign)
+    watched.allowed.append("404")
+    page = watched.page
+    page.get_by_role("heading", name="404 · Not found").wait_for()
+    assert "tenant b" not in page.content()
+    page.goto(f"{site.url}#/memory/search?q=tenant")
+    page.get_by_text("Nothing matches.").wait_for()
+    # Tenant b's own key reads it, and sees only its own namespaces.
+    mine = open_page(foreign, token=site.key_b)
+    mine.page.get_by_role("heading", name="tenant-b-secret").wait_for()
+    mine.page.goto(f"{site.url}#/memory")
+    expect(mine.page.locator("tbody tr")).to_have_count(2)
 
 
 def test_open_mode_on_loopback_needs_no_key(browser: Any, tmp_path: Any) -> None:

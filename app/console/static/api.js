@@ -55,6 +55,19 @@ export async function get(path, query = {}, { signal } = {}) {
   return parseJson(await response.text());
 }
 
+/** POST a JSON body to one of the API's reads that take a body (the store's search and
+ * namespace listing: read scope, no write): its answer. `body` is JSON text (json.js
+ * `stringify`, so numbers go as they were written). The console sends no other POST. */
+export async function read(path, body, { signal } = {}) {
+  const h = headers("application/json");
+  h["Content-Type"] = "application/json";
+  const response = await fetch(url(path), {
+    method: "POST", headers: h, body, signal, credentials: "omit", cache: "no-store",
+  });
+  if (!response.ok) throw await failure(response);
+  return parseJson(await response.text());
+}
+
 /** Every item of a list, following `next_cursor`, up to `max` items. */
 export async function all(path, query = {}, { max = 1000, signal, until = Infinity } = {}) {
   const items = [];

@@ -10,6 +10,7 @@ export const TYPES = [
   "agent_state.created", "agent_state.updated", "agent_state.deleted", "mcp_server.created",
   "mcp_server.updated", "mcp_server.deleted", "checkpoint.created", "checkpoint.writes_added",
   "checkpoint.deleted", "checkpoint.pruned", "checkpoint.copied", "checkpoint.runs_deleted",
+  "store.item.created", "store.item.updated", "store.item.deleted", "store.item.expired",
 ];
 
 function row(event) {
