@@ -406,6 +406,25 @@ def test_agent_states_compactions_checkpoints_and_lineage(site: Site, open_page:
     shot(site, watched, "lineage")
 
 
+def test_a_fork_links_to_its_source_and_the_source_lists_its_forks(site: Site, open_page: Callable[..., Watched]) -> None:
+    watched = open_page(f"#/threads/{FORK}")
+    page = watched.page
+    origin = page.locator("p.forked-from")
+    expect(origin).to_have_text(f"Forked from {MAIN} at revision 2")
+    origin.get_by_role("link", name="revision 2").click()  # the source as it was then
+    page.get_by_role("heading", name=re.compile(r"At revision 2 ")).wait_for()
+    assert page.url.endswith(f"#/threads/{MAIN}/revisions?show=2")
+    assert page.locator("p.forked-from").count() == 0, "the source is no fork"
+    page.get_by_role("link", name="Lineage", exact=True).click()
+    forks = page.locator("table", has=page.get_by_role("columnheader", name="Fork", exact=True))
+    expect(forks.locator("tbody tr")).to_have_count(1)
+    shot(site, watched, "forks")
+    assert " ".join(forks.locator("tbody tr").inner_text().split()[:2]) == f"{FORK} 2"
+    forks.get_by_role("link", name=FORK, exact=True).click()
+    page.get_by_role("heading", name=FORK).wait_for()
+    assert page.url.endswith(f"#/threads/{FORK}")
+
+
 def test_mcp_servers_never_show_or_ask_for_secrets(site: Site, open_page: Callable[..., Watched]) -> None:
     watched = open_page("#/mcp-servers")
     page = watched.page

@@ -338,6 +338,9 @@ async def test_round_trip_to_the_other_backend(source_backend: str, tmp_path: Pa
                       for tenant, token in tokens.items()}
             assert [(m["thread_id"], m["id"]) for m in before["default"]["lineage"]["data"]] == [
                 ("b-default", "fork-1"), ("b-default", "fork-2"), ("a-default", "a-cont")]
+            # A fork's source travels with it (compared with the import's view below).
+            assert before["default"]["b-default"]["body"]["forked_from"] == {
+                "thread_id": "a-default", "revision": 12}
 
         first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
         code, _, err = await cli(source, "export", "-o", str(first), env=env)
@@ -486,6 +489,16 @@ async def test_import_refuses_a_line_the_api_would_refuse(
     got = (await client.get(f"/v1/messages/{uid}-c/lineage")).json()
     assert [(m["thread_id"], m["id"]) for m in got["data"]] == [
         (f"later-{uid}", f"{uid}-p"), (f"linked-{uid}", f"{uid}-c")]
+
+    # A fork's source is a thread id and a revision, together (the files above carry
+    # neither: no source).
+    forked, half_fork = thread_records(f"fork-{uid}"), thread_records(f"half-fork-{uid}")
+    forked[0].update(forked_from_thread_id=f"src-{uid}", forked_from_revision=3)
+    half_fork[0].update(forked_from_thread_id=f"src-{uid}")
+    code, err = await import_text(database_url, tmp_path, export_text(half_fork, forked))
+    assert code == 1 and "thread.forked_from_revision: goes with forked_from_thread_id" in err
+    got = (await client.get(f"/v1/threads/fork-{uid}")).json()
+    assert got["forked_from"] == {"thread_id": f"src-{uid}", "revision": 3}
 
 
 async def test_import_refuses_history_of_a_thread_that_keeps_none(

@@ -23,6 +23,7 @@ async def test_create_get_and_conditional_get(client: httpx.AsyncClient, uid: st
     assert body == {
         "thread_id": f"t-{uid}", "revision": 1, "state": {"a": 1}, "metadata": {"team": "x"},
         "created_at": body["created_at"], "updated_at": body["updated_at"], "message_count": 0,
+        "forked_from": None,
     }
     assert TS.match(body["created_at"]) and TS.match(body["updated_at"])
 

@@ -91,6 +91,10 @@ def _thread(record: dict[str, Any], settings: Settings) -> None:
     _at_least(record, 0, "last_seq", "message_count")
     if record["message_count"] > record["last_seq"]:
         raise _fail("message_count", "more live messages than seqs handed out")
+    _name(record, "forked_from_thread_id")
+    _at_least(record, 1, "forked_from_revision")
+    if (record["forked_from_thread_id"] is None) != (record["forked_from_revision"] is None):
+        raise _fail("forked_from_revision", "goes with forked_from_thread_id, or neither")
 
 
 def _thread_revision(record: dict[str, Any], settings: Settings) -> None:

@@ -35,6 +35,10 @@ class Thread(Base):
         Index("ix_threads_expiring", "updated_at",
               postgresql_where=text("ttl_seconds IS NOT NULL AND deleted_at IS NULL"),
               sqlite_where=text("ttl_seconds IS NOT NULL AND deleted_at IS NULL")),
+        # `?forked_from=`: a thread's forks, keyset-paged newest created first.
+        Index("ix_threads_forked_from", "tenant_id", "forked_from_thread_id", "created_at",
+              "thread_id", postgresql_where=text("forked_from_thread_id IS NOT NULL"),
+              sqlite_where=text("forked_from_thread_id IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
@@ -57,6 +61,11 @@ class Thread(Base):
     # Seconds after its last write (`updated_at`) the retention sweeper deletes the thread
     # (a normal delete: tombstone and event); None: kept until deleted.
     ttl_seconds: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    # Set by a fork on the thread it made: the source's `thread_id` (the id clients see, not
+    # its row: the source may be deleted or re-created since, and an export carries ids) and
+    # the revision forked. Both or neither; None for a thread no fork made.
+    forked_from_thread_id: Mapped[str | None] = mapped_column(Name, nullable=True)
+    forked_from_revision: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
 
 
 class ThreadRevision(Base):

@@ -162,7 +162,8 @@ class ThreadRepository:
             .where(_KEY, t.c.deleted_at.is_not(None))
             .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
                     last_seq=messages, message_count=messages,
-                    **{"history_limit": None, "ttl_seconds": None, **values})
+                    **{"history_limit": None, "ttl_seconds": None,
+                       "forked_from_thread_id": None, "forked_from_revision": None, **values})
             .returning(*t.c)
         )
         return (await self.connection.execute(stmt, self._params(thread_id))).first()
@@ -252,12 +253,15 @@ class ThreadRepository:
     async def page(self, *, limit: int, after: tuple[datetime, str] | None,
                    metadata: dict[str, Any] | None, updated_after: datetime | None,
                    order_by: Literal["created_at", "updated_at"] = "created_at",
-                   thread_ids: list[str] | None = None) -> list[AnyRow]:
-        """Live threads (among `thread_ids`, when given), newest first by `order_by`,
-        keyset-paged on (that time, thread_id)."""
+                   thread_ids: list[str] | None = None,
+                   forked_from: str | None = None) -> list[AnyRow]:
+        """Live threads (among `thread_ids`, when given; forked from thread `forked_from`,
+        when given), newest first by `order_by`, keyset-paged on (that time, thread_id)."""
         stmt = select(t).where(t.c.tenant_id == self.tenant_id, t.c.deleted_at.is_(None))
         if thread_ids:
             stmt = stmt.where(t.c.thread_id.in_(thread_ids))
+        if forked_from is not None:
+            stmt = stmt.where(t.c.forked_from_thread_id == forked_from)
         if metadata:
             stmt = stmt.where(json_contains(self.connection, t.c.metadata, metadata))
         if updated_after is not None:

@@ -54,6 +54,9 @@ async def list_threads(
     thread_id: Annotated[list[Name] | None, Query(
         max_length=100, description="Only these threads (repeat the parameter, up to 100): "
         "several threads read in one request.")] = None,
+    forked_from: Annotated[Name | None, Query(
+        description="Only the forks made from this thread (their `forked_from.thread_id`).")
+    ] = None,
     include: Annotated[Literal["messages"] | None, Query(
         description="`messages`: each thread with the first page of its live view, as "
                     "`GET /v1/threads/{thread_id}?include=messages` gives it.")] = None,
@@ -63,7 +66,7 @@ async def list_threads(
     service = ThreadService(uow, settings)
     filters = {"limit": limit, "cursor": cursor, "updated_after": updated_after,
                "metadata": json_object_param("metadata", metadata, settings.max_json_depth),
-               "order_by": order_by, "thread_ids": thread_id}
+               "order_by": order_by, "thread_ids": thread_id, "forked_from": forked_from}
     if include == "messages":
         return linked_json(request, await service.list_with_messages(
             messages_limit=messages_limit, **filters))

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
-from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.core.pagination import RenderedPage
 from app.core.schemas import INT64_MAX, JsonObject, Name, RowModel, Strict, Timestamp
@@ -57,6 +57,13 @@ class ThreadPatch(Strict):
         "transaction and under the same revision, as with PUT.")
 
 
+class ForkedFrom(BaseModel):
+    """Where a fork came from: its source thread, by id, and the revision it was forked at."""
+
+    thread_id: str = Field(description="The source thread (it may have been deleted since).")
+    revision: int = Field(description="The source's revision the fork was made from.")
+
+
 class ThreadOut(RowModel):
     thread_id: str
     revision: int
@@ -70,6 +77,18 @@ class ThreadOut(RowModel):
     ttl_seconds: int | None = Field(
         None, description="Deleted this many seconds after `updated_at`; absent: no time to "
                           "live.")
+    forked_from: ForkedFrom | None = Field(
+        None, description="The thread and revision a fork made this thread from "
+                          "(`POST .../fork`); null for a thread no fork made.")
+
+    @classmethod
+    def from_row(cls, row: Any) -> Self:
+        thread = cls.model_validate(row)
+        source = row.forked_from_thread_id
+        # Assigned, so it counts as set: the representation always carries it, null or not.
+        thread.forked_from = (None if source is None else
+                              ForkedFrom(thread_id=source, revision=row.forked_from_revision))
+        return thread
 
     @model_serializer(mode="wrap")
     def _drop_default_history(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema

@@ -189,7 +189,8 @@ class ThreadService:
     async def _page(self, out: Callable[[AnyRow], T], *, limit: int, cursor: str | None,
                     metadata: dict[str, Any] | None, updated_after: datetime | None,
                     order_by: Literal["created_at", "updated_at"] = "created_at",
-                    thread_ids: list[str] | None = None) -> Page[T]:
+                    thread_ids: list[str] | None = None,
+                    forked_from: str | None = None) -> Page[T]:
         # Each order has its own cursor kind: a cursor of one is refused by the other.
         kind = CURSOR if order_by == "created_at" else f"{CURSOR}_by_{order_by}"
         after = decode_cursor(kind, cursor, 2)
@@ -199,7 +200,7 @@ class ThreadService:
             raise bad_cursor() from None
         rows = await self.repo.page(limit=limit + 1, after=key, metadata=metadata,
                                     updated_after=updated_after, order_by=order_by,
-                                    thread_ids=thread_ids)
+                                    thread_ids=thread_ids, forked_from=forked_from)
         return split_page(kind, rows, limit,
                           lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
                           out, max_bytes=self.settings.max_page_bytes)
@@ -255,7 +256,8 @@ class ThreadService:
     async def fork(self, thread_id: str, body: ThreadFork) -> ThreadOut:
         """A new thread from a revision of this one: its state and metadata then, its
         messages and compactions as they were then, and its agent states (as they are: agent
-        states keep no history). The new thread starts its own revisions and history."""
+        states keep no history). The new thread starts its own revisions and history, and
+        records its source (`forked_from`: the source's id and the revision forked)."""
         source = await self.threads.live(thread_id)
         at = body.revision or source.revision
         entry = await self.repo.history_at(source.id, at) if at <= source.revision else None
@@ -269,7 +271,9 @@ class ThreadService:
         now = utcnow()
         fork = await self.threads.create(
             body.thread_id, {"state": entry.state, "metadata": entry.metadata,
-                             "history_limit": source.history_limit}, now)
+                             "history_limit": source.history_limit,
+                             "forked_from_thread_id": thread_id, "forked_from_revision": at},
+            now)
         if fork is None:
             current = await self.repo.get(body.thread_id, returning="keys")
             raise AlreadyExists(current.revision if current is not None else None)

@@ -215,10 +215,12 @@ class _Api:
                      cursor: str | None = None,
                      order_by: Literal["created_at", "updated_at"] | None = None,
                      thread_ids: Sequence[str] | None = None, include_messages: bool = False,
-                     messages_limit: int | None = None) -> Op[Page[Thread]]:
+                     messages_limit: int | None = None,
+                     forked_from: str | None = None) -> Op[Page[Thread]]:
         """One page of threads, newest first by creation (or by last change, with
         `order_by="updated_at"`); `metadata` filters by JSON containment, `thread_ids` (up
-        to 100) reads those threads in one request (the ones that exist). With
+        to 100) reads those threads in one request (the ones that exist), `forked_from`
+        lists the forks made from that thread (`Thread.forked_from`). With
         `include_messages`, each thread holds its first messages as `get_thread` gives them."""
         if thread_ids is not None and not thread_ids:
             return Page(data=[], next_cursor=None, has_more=False)
@@ -227,7 +229,7 @@ class _Api:
                            order_by=order_by,
                            thread_id=list(thread_ids) if thread_ids is not None else None,
                            include="messages" if include_messages else None,
-                           messages_limit=messages_limit)
+                           messages_limit=messages_limit, forked_from=forked_from)
         return _page(Thread, (yield from self._core.json(Request("GET", "/v1/threads",
                                                                  params=params))))
 

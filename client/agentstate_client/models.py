@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 __all__ = [
-    "AgentState", "AppendResult", "Compaction", "Event", "JsonObject", "McpServer", "Message",
+    "AgentState", "AppendResult", "Compaction", "Event", "ForkedFrom", "JsonObject",
+    "McpServer", "Message",
     "Page", "RemoveResult", "StoreItem", "Thread", "ThreadRevision",
 ]
 
@@ -77,6 +78,14 @@ class Message(_Model):
 
 
 @dataclass(frozen=True)
+class ForkedFrom(_Model):
+    """Where a fork came from: the source thread's id and the revision it was forked at."""
+
+    thread_id: str
+    revision: int
+
+
+@dataclass(frozen=True)
 class Thread(_Revisioned):
     """A thread: shared run state plus (optionally, see `get_thread`) its first messages."""
 
@@ -89,12 +98,16 @@ class Thread(_Revisioned):
     message_count: int = 0
     history_limit: int | None = None  # None: the server's setting
     ttl_seconds: int | None = None  # None: no time to live
+    forked_from: ForkedFrom | None = None  # None: no fork made this thread
     messages: list[Message] | None = None
     messages_next_cursor: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Thread:
         thread = super().from_json(data)
+        if isinstance(data.get("forked_from"), dict):
+            thread = dataclasses.replace(
+                thread, forked_from=ForkedFrom.from_json(data["forked_from"]))
         if thread.messages is None:
             return thread
         return dataclasses.replace(

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from agentstate_client import AgentStateClient, AsyncAgentStateClient, NotFound, Thread
 from agentstate_client.errors import AlreadyExists, UnprocessableEntity
-from agentstate_client.models import ThreadRevision
+from agentstate_client.models import ForkedFrom, ThreadRevision
 
 from tests.support import ServerProcess
 
@@ -38,6 +38,11 @@ def test_revisions_and_fork(client: AgentStateClient, uid: str) -> None:
     assert now.state == {"step": 2} and now.message_count == 1
     client.put_thread(now.thread_id, {"only": "fork"}, if_match=now.revision)
     assert client.get_thread(thread.thread_id).state == {"step": 2}, "the fork is independent"
+    assert fork.forked_from == ForkedFrom(thread_id=thread.thread_id, revision=1)
+    assert client.get_thread(now.thread_id).forked_from == ForkedFrom(thread.thread_id, 3)
+    assert client.get_thread(thread.thread_id).forked_from is None
+    forks = client.list_threads(forked_from=thread.thread_id)
+    assert [t.thread_id for t in forks.data] == [f"n-{uid}", f"f-{uid}"]
     with pytest.raises(AlreadyExists):
         client.fork_thread(thread.thread_id, f"n-{uid}")
     with pytest.raises(UnprocessableEntity) as refused:

@@ -115,13 +115,35 @@ async function compactionsTab(t, query, signal) {
   }), pager(["threads", t.thread_id, "compactions"], query, page));
 }
 
+/** "Forked from <source> at <revision N>": the source thread and its state at N, linked. */
+function forkedFrom(source) {
+  return ["Forked from ", link(["threads", source.thread_id], {}, text(source.thread_id)), " at ",
+    link(["threads", source.thread_id, "revisions"], { show: source.revision }, `revision ${source.revision}`)];
+}
+
 async function lineageTab(t, query, signal) {
   const out = [];
-  const forked = await all("/v1/events", { thread_id: t.thread_id, type: "thread.forked" }, { max: 100, signal });
-  out.push(h("h2", {}, "Forks"));
+  const [forked, forks] = await Promise.all([
+    all("/v1/events", { thread_id: t.thread_id, type: "thread.forked" }, { max: 100, signal }),
+    get("/v1/threads", { forked_from: t.thread_id, limit: 25, cursor: query.get("cursor") }, { signal }),
+  ]);
+  // The source is linked above the tabs (`forkedFrom`); here, the fork's event (the log may
+  // have let it go: retention).
+  out.push(h("h2", {}, "Made by a fork"));
   out.push(forked.items.length
     ? h("ul", {}, forked.items.map((e) => h("li", {}, `Made by a fork at revision ${e.revision}, `, time(e.at), " by ", text(e.actor), " (", link(["events", e.seq], {}, `event ${e.seq}`), ")")))
-    : h("p", { class: "muted" }, "This thread was not made by a fork."));
+    : t.forked_from ? h("p", {}, forkedFrom(t.forked_from), " (its event is no longer kept)")
+      : h("p", { class: "muted" }, "This thread was not made by a fork."));
+  out.push(h("h2", {}, "Forks"));
+  const rows = forks.data.map((f) => h("tr", {},
+    h("td", {}, link(["threads", f.thread_id], {}, text(f.thread_id))),
+    h("td", { class: "num" }, link(["threads", t.thread_id, "revisions"], { show: f.forked_from.revision }, String(f.forked_from.revision))),
+    h("td", {}, time(f.created_at)),
+    h("td", {}, time(f.updated_at))));
+  out.push(rows.length
+    ? table(["Fork", "From revision", "Created", "Updated"], rows)
+    : h("p", { class: "muted" }, query.get("cursor") ? "No more forks." : "No thread was forked from this one."),
+  pager(["threads", t.thread_id, "lineage"], query, forks));
   out.push(h("p", { class: "muted" }, "A fork keeps its source's message ids, so a forked message's lineage names every thread that holds it."));
 
   let id = query.get("message");
@@ -174,6 +196,7 @@ async function render({ params, query, signal, rerender }) {
     h("p", { class: "crumbs" }, link(["threads"], {}, "Threads"), " /"),
     h("h1", {}, text(t.thread_id)),
     h("p", { class: "muted" }, facts.join(" · "), " · created ", time(t.created_at), " · updated ", time(t.updated_at)),
+    t.forked_from ? h("p", { class: "forked-from" }, forkedFrom(t.forked_from)) : null,
     h("nav", { class: "tabs", "aria-label": "Thread" }, TABS.map(([name, label]) =>
       h("a", { href: route(["threads", t.thread_id, name]), "aria-current": name === tab ? "page" : undefined }, label))),
     h("div", { class: "tab-body" }, body));
