@@ -450,6 +450,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
 # --- memory ------------------------------------------------------------------------------
 
 MEMORY = "adk-memory"  # the first label of every memory's namespace
+FORGOTTEN = "adk-memory-forgotten"  # ... and of the ids delete_memory took away
 MEMORY_BATCH = 100  # store operations of one POST /v1/batch
 WRITTEN = 65536  # items this service remembers having written (and skips writing again)
 
@@ -457,6 +458,12 @@ WRITTEN = 65536  # items this service remembers having written (and skips writin
 def memory_namespace(app_name: str, user_id: str, *rest: str) -> tuple[str, ...]:
     """The namespace of a user's memories in an app (`rest`: where under it)."""
     return (MEMORY, app_name, user_id, *rest)
+
+
+def forgotten_namespace(app_name: str, user_id: str) -> tuple[str, ...]:
+    """Where the ids of a user's deleted memories are kept (each an item, key the id), so
+    adding their session again does not bring them back."""
+    return (FORGOTTEN, app_name, user_id)
 
 
 def _memory_content(content: types.Content | None) -> types.Content | None:
@@ -518,14 +525,30 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
     def _index(self, dims: int) -> str:
         return self._index_name or f"{MEMORY}-{dims}"
 
-    async def _write(self, items: list[tuple[tuple[str, ...], str, dict[str, Any]]]) -> None:
+    async def _forgotten(self, app_name: str, user_id: str) -> set[str]:
+        found: set[str] = set()
+        offset = 0
+        while True:
+            page = await self.client.search_store(forgotten_namespace(app_name, user_id),
+                                                  limit=1000, offset=offset)
+            found.update(item.key for item in page.data)
+            if not page.has_more:
+                return found
+            offset += len(page.data)
+
+    async def _write(self, app_name: str, user_id: str,
+                     items: list[tuple[tuple[str, ...], str, dict[str, Any]]]) -> None:
         """Put each (namespace, key, value) whatever is there (so a repeat is the same item),
-        with its text's embedding; items this service wrote already, equal, are skipped."""
+        with its text's embedding; items this service wrote already, equal, are skipped, and
+        so are deleted memories (read first, when there is anything to write)."""
         pending = []
         for namespace, key, value in items:
             digest = _digest(store_item_body(value, ["text"]))
             if self._written.get((namespace, key)) != digest:
                 pending.append(((namespace, key), value, digest))
+        if pending:
+            forgotten = await self._forgotten(app_name, user_id)
+            pending = [one for one in pending if one[0][1] not in forgotten]
         if not pending:
             return
         vectors: list[Vectors | None] = [None] * len(pending)
@@ -558,13 +581,13 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
             items.append((namespace, event.id, {
                 "text": _text(content),
                 "content": content.model_dump(mode="json", exclude_none=True),
-                "author": event.author, "time": event.timestamp, "event_id": event.id,
-                "session_id": session_id}))
+                "author": event.author, "time": event.timestamp, "memory_id": event.id,
+                "event_id": event.id, "session_id": session_id}))
         return items
 
     async def add_session_to_memory(self, session: Session) -> None:
         """Remember the session's events that have text (again: the same memories)."""
-        await self._write(self._event_items(
+        await self._write(session.app_name, session.user_id, self._event_items(
             memory_namespace(session.app_name, session.user_id, "session", session.id),
             session.events, session.id))
 
@@ -574,8 +597,8 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
         """Remember these events (those with text), as part of their session's memories
         when `session_id` is given. `custom_metadata` is not used."""
         rest = ("session", session_id) if session_id else ("events",)
-        await self._write(self._event_items(memory_namespace(app_name, user_id, *rest),
-                                            events, session_id))
+        await self._write(app_name, user_id, self._event_items(
+            memory_namespace(app_name, user_id, *rest), events, session_id))
 
     async def add_memory(self, *, app_name: str, user_id: str,
                          memories: Sequence[MemoryEntry],
@@ -594,7 +617,7 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
                 "text": _text(content), "content": stored["content"],
                 "author": entry.author, "timestamp": entry.timestamp,
                 "custom_metadata": entry.custom_metadata, "memory_id": key}))
-        await self._write(items)
+        await self._write(app_name, user_id, items)
 
     async def search_memory(self, *, app_name: str, user_id: str,
                             query: str) -> SearchMemoryResponse:
@@ -611,16 +634,38 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
 
     @staticmethod
     def _entry(value: Mapping[str, Any]) -> MemoryEntry:
-        if "memory_id" in value:  # an entry of add_memory
+        if "event_id" not in value:  # an entry of add_memory
             metadata = dict(value.get("custom_metadata") or {})
-            memory_id, timestamp = value["memory_id"], value.get("timestamp")
+            timestamp = value.get("timestamp")
         else:  # an event
             metadata = {"event_id": value["event_id"]}
             if value.get("session_id") is not None:
                 metadata["session_id"] = value["session_id"]
-            memory_id = value["event_id"]
             when = value.get("time")
             timestamp = _memory_utils.format_timestamp(when) if when is not None else None
-        return MemoryEntry(id=memory_id, content=types.Content.model_validate(value["content"]),
+        return MemoryEntry(id=value["memory_id"],
+                           content=types.Content.model_validate(value["content"]),
                            author=value.get("author"), timestamp=timestamp,
                            custom_metadata=metadata)
+
+    async def delete_memory(self, *, app_name: str, user_id: str,
+                            memory_id: str | None = None) -> None:
+        """Delete the user's memories of this id (an event's, in every session it was
+        added with), and keep the id, so adding the session again does not bring it back
+        (as ADK's in-memory service); nothing happens for an id the user has no memory of."""
+        if not memory_id:
+            return
+        while True:  # a batch: the id kept, and up to 99 of its memories deleted
+            found = await self.client.search_store(
+                memory_namespace(app_name, user_id), filter={"memory_id": memory_id},
+                limit=MEMORY_BATCH - 1)
+            if not found.data:
+                return
+            await self.client.batch([
+                {"op": "store.put", "namespace": list(forgotten_namespace(app_name, user_id)),
+                 "key": memory_id, "if_none_match": OVERWRITE["If-None-Match"],
+                 "body": store_item_body({"memory_id": memory_id}, False)},
+                *({"op": "store.delete", "namespace": list(item.namespace), "key": item.key,
+                   "if_match": "*", "missing_ok": True} for item in found.data)])
+            if not found.has_more:
+                return

@@ -105,6 +105,25 @@ async def test_same_memories_as_adks_in_memory_service(api: AsyncAgentStateClien
             assert seen(got) == seen(expected), (user, query)
             matched += len(expected)
     assert matched >= 15  # not agreeing on nothing
+    # Deleting a memory (in every session it was added with), an id nobody has, and none;
+    # adding the sessions again does not bring the deleted ones back.
+    for service in (theirs, ours):
+        for user, memory_id in (("ann", "ev-4"), ("ann", "ev-6"), ("ann", "nope"),
+                                ("bob", None)):
+            await service.delete_memory(app_name=app, user_id=user, memory_id=memory_id)
+    await remember(theirs, app)
+    # A service that knows nothing of what was written: it reads which ids were deleted.
+    await remember(AgentStateMemoryService(client=api), app)
+    for user, query in (("ann", "berlin"), ("bob", "berlin"), ("ann", "python tuesday"),
+                        ("ann", "coffee")):
+        expected = (await theirs.search_memory(app_name=app, user_id=user,
+                                               query=query)).memories
+        got = (await ours.search_memory(app_name=app, user_id=user, query=query)).memories
+        assert seen(got) == seen(expected), (user, query)
+    assert [m.id for m in (await ours.search_memory(app_name=app, user_id="bob",
+                                                    query="berlin")).memories] == ["ev-10"]
+    assert (await ours.search_memory(app_name=app, user_id="ann",
+                                     query="berlin")).memories == []
     both = await ours.search_memory(app_name=app, user_id="ann", query="coffee tuesday")
     assert len(both.memories) == 4  # the text events only, each once
     assert {m.custom_metadata.get("session_id") for m in both.memories} == {"s1", "s2"}
