@@ -35,7 +35,9 @@ event's id as key (events added without a session: `(..., user_id, "events")`; e
 (nothing is duplicated) and a search of `("adk-memory", app_name, user_id)` sees that user's
 memories only. The item's `text` (the event's text parts, thoughts left out) is what lexical
 search reads; with an `embed` function, its embedding is the item's vector `text` in the
-index `adk-memory-{dims}`.
+index `adk-memory-{dims}`. `delete_memory` deletes an id's memories and keeps the id under
+`("adk-memory-forgotten", app_name, user_id)`, which every add that has something to write
+reads first, so a deleted memory is not added again.
 """
 
 from __future__ import annotations
@@ -452,6 +454,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
 MEMORY = "adk-memory"  # the first label of every memory's namespace
 FORGOTTEN = "adk-memory-forgotten"  # ... and of the ids delete_memory took away
 MEMORY_BATCH = 100  # store operations of one POST /v1/batch
+MAX_QUERY = 4096  # characters of a search's query (the server's limit)
 WRITTEN = 65536  # items this service remembers having written (and skips writing again)
 
 
@@ -624,6 +627,7 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
         """The user's memories best matching `query` (none for a query without words)."""
         if not query or not query.strip():
             return SearchMemoryResponse()
+        query = query[:MAX_QUERY]  # preload_memory's query is the user's whole message
         vector = (await self._embeddings([query]))[0] if self._embed is not None else None
         page = await self.client.search_store(
             memory_namespace(app_name, user_id),

@@ -26,7 +26,7 @@ from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions.session import Session
-from google.adk.tools import load_memory
+from google.adk.tools import load_memory, preload_memory
 from google.genai import types
 from pydantic import BaseModel
 
@@ -252,6 +252,19 @@ class Scripted(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[reply]))
 
 
+class Preloaded(BaseLlm):
+    """A model that answers with what `preload_memory` put in its request."""
+
+    model: str = "preloaded"
+
+    async def generate_content_async(self, llm_request: LlmRequest,
+                                     stream: bool = False) -> AsyncIterator[LlmResponse]:
+        texts = [part.text for content in llm_request.contents for part in content.parts or ()
+                 if part.text and "<PAST_CONVERSATIONS>" in part.text]
+        yield LlmResponse(content=types.Content(role="model", parts=[
+            types.Part(text=" ".join(texts) or "I remember nothing.")]))
+
+
 async def run(runner: Runner, user: str, session_id: str, text: str) -> list[Event]:
     return [event async for event in runner.run_async(
         user_id=user, session_id=session_id,
@@ -281,3 +294,15 @@ async def test_an_agent_recalls_an_earlier_session_through_load_memory(
     final = events[-1]
     assert final.is_final_response() and final.content and final.content.parts
     assert "teal" in (final.content.parts[0].text or "")
+
+    # preload_memory searches with the user's whole message (here longer than the server
+    # takes as a query: the service sends its first 4,096 characters).
+    preloading = Runner(agent=LlmAgent(name="assistant", model=Preloaded(),
+                                       tools=[preload_memory]),
+                        app_name=app, session_service=sessions, memory_service=memory)
+    third = await sessions.create_session(app_name=app, user_id=user)
+    events = await run(preloading, user, third.id,
+                       "Which colour is my favourite? " + "Please think hard. " * 300)
+    answer = events[-1].content
+    assert answer and answer.parts and "user: My favourite colour is teal" in (
+        answer.parts[0].text or "")
