@@ -33,9 +33,9 @@ under the namespace `("adk-memory", app_name, user_id, "session", session_id)` a
 event's id as key (events added without a session: `(..., user_id, "events")`; entries of
 `add_memory`: `(..., user_id, "entries")`), so adding a session again writes the same items
 (nothing is duplicated) and a search of `("adk-memory", app_name, user_id)` sees that user's
-memories only. The item's `text` (the event's text parts, thoughts left out) is what lexical
-search reads; with an `embed` function, its embedding is the item's vector `text` in the
-index `adk-memory-{dims}`. `delete_memory` deletes an id's memories and keeps the id under
+memories only. The item's `content` is the event's text parts (thoughts left out), which
+lexical search reads; with an `embed` function, the embedding of their text (joined by
+spaces) is the item's vector `text` in the index `adk-memory-{dims}`. `delete_memory` deletes an id's memories and keeps the id under
 `("adk-memory-forgotten", app_name, user_id)`, which every add that has something to write
 reads first, so a deleted memory is not added again.
 """
@@ -454,6 +454,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
 MEMORY = "adk-memory"  # the first label of every memory's namespace
 FORGOTTEN = "adk-memory-forgotten"  # ... and of the ids delete_memory took away
 MEMORY_BATCH = 100  # store operations of one POST /v1/batch
+TEXT = ["content.parts[*].text"]  # what lexical search reads of a memory
 MAX_QUERY = 4096  # characters of a search's query (the server's limit)
 WRITTEN = 65536  # items this service remembers having written (and skips writing again)
 
@@ -479,10 +480,6 @@ def _memory_content(content: types.Content | None) -> types.Content | None:
     if not parts or not any(part.text and part.text.strip() for part in parts):
         return None
     return types.Content(role=content.role, parts=parts)
-
-
-def _text(content: types.Content) -> str:
-    return " ".join(part.text for part in content.parts or () if part.text)
 
 
 class AgentStateMemoryService(OwnsClient, BaseMemoryService):
@@ -546,7 +543,7 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
         so are deleted memories (read first, when there is anything to write)."""
         pending = []
         for namespace, key, value in items:
-            digest = _digest(store_item_body(value, ["text"]))
+            digest = _digest(store_item_body(value, TEXT))
             if self._written.get((namespace, key)) != digest:
                 pending.append(((namespace, key), value, digest))
         if pending:
@@ -556,12 +553,14 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
             return
         vectors: list[Vectors | None] = [None] * len(pending)
         if self._embed is not None:
-            embedded = await self._embeddings([value["text"] for _, value, _ in pending])
+            embedded = await self._embeddings([" ".join(part["text"] for part in
+                                                         value["content"]["parts"])
+                                                for _, value, _ in pending])
             vectors = [{self._index(len(vector)): {"text": vector}} for vector in embedded]
         ops: list[dict[str, Any]] = [
             {"op": "store.put", "namespace": list(namespace), "key": key,
              "if_none_match": OVERWRITE["If-None-Match"],
-             "body": store_item_body(value, ["text"], vectors=vector)}
+             "body": store_item_body(value, TEXT, vectors=vector)}
             for ((namespace, key), value, _), vector in zip(pending, vectors, strict=True)]
         digests = [(where, digest) for where, _, digest in pending]
         for start in range(0, len(ops), MEMORY_BATCH):
@@ -582,7 +581,6 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
             if content is None:
                 continue
             items.append((namespace, event.id, {
-                "text": _text(content),
                 "content": content.model_dump(mode="json", exclude_none=True),
                 "author": event.author, "time": event.timestamp, "memory_id": event.id,
                 "event_id": event.id, "session_id": session_id}))
@@ -617,7 +615,7 @@ class AgentStateMemoryService(OwnsClient, BaseMemoryService):
                 mode="json", exclude_none=True)
             key = entry.id or _digest(stored)
             items.append((memory_namespace(app_name, user_id, "entries"), key, {
-                "text": _text(content), "content": stored["content"],
+                "content": stored["content"],
                 "author": entry.author, "timestamp": entry.timestamp,
                 "custom_metadata": entry.custom_metadata, "memory_id": key}))
         await self._write(app_name, user_id, items)
