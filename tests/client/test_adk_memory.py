@@ -150,9 +150,10 @@ async def test_adding_again_writes_nothing_new(app: Any, uid: str) -> None:
         events = [said(1, "alpha beta"), called(2), said(3, "gamma delta")]
         service = AgentStateMemoryService(client=api)
         await service.add_session_to_memory(session(f"app-{uid}", "u", "s", events))
-        writes = len(transport.seen)
+        # Which ids were deleted, then the puts: one batch.
+        assert transport.seen == ["POST /v1/store/items/search", "POST /v1/batch"]
         await service.add_session_to_memory(session(f"app-{uid}", "u", "s", events))
-        assert len(transport.seen) == writes  # known written: not sent again
+        assert len(transport.seen) == 2  # known written: not sent again
         # Another service (nothing known) writes the same items again: still one each.
         await AgentStateMemoryService(client=api).add_session_to_memory(
             session(f"app-{uid}", "u", "s", events))
@@ -160,6 +161,14 @@ async def test_adding_again_writes_nothing_new(app: Any, uid: str) -> None:
             app_name=f"app-{uid}", user_id="u", session_id="s", events=events[:1])
         stored = await api.search_store(memory_namespace(f"app-{uid}", "u"), limit=100)
         assert sorted(item.key for item in stored.data) == ["ev-1", "ev-3"]
+        # A long session: 100 puts a batch.
+        long = [said(n, f"fact number {n}") for n in range(150)]
+        del transport.seen[:]
+        await service.add_session_to_memory(session(f"app-{uid}", "u", "long", long))
+        assert transport.seen.count("POST /v1/batch") == 2
+        stored = await api.search_store(memory_namespace(f"app-{uid}", "u", "session", "long"),
+                                        limit=1000)
+        assert len(stored.data) == 150
 
 
 async def test_explicit_memories_are_kept_once_each(api: AsyncAgentStateClient,
