@@ -221,6 +221,11 @@ async def test_with_an_embed_function_search_is_by_similarity(api: AsyncAgentSta
     assert [m.id for m in found.memories] == ["ev-1"]
     found = await reader.search_memory(app_name=app, user_id="u", query="flight to paris")
     assert [m.id for m in found.memories] == ["ev-2"]
+    hybrid = AgentStateMemoryService(client=api, embed=embed, hybrid=True, max_results=2)
+    # "march" is a word of the Berlin memory only, "espresso" the coffee topic: first the
+    # memory both rankings have, then the one only similarity finds.
+    found = await hybrid.search_memory(app_name=app, user_id="u", query="march espresso")
+    assert [m.id for m in found.memories] == ["ev-2", "ev-1"]
     lexical = AgentStateMemoryService(client=api)
     assert (await lexical.search_memory(app_name=app, user_id="u",
                                         query="an espresso")).memories == []
