@@ -1,4 +1,5 @@
-"""Google ADK drop-in: `AgentStateSessionService` is an ADK `BaseSessionService` on agentstate.
+"""Google ADK drop-ins: `AgentStateSessionService` is an ADK `BaseSessionService` on
+agentstate, `AgentStateMemoryService` an ADK `BaseMemoryService` on its store.
 
     from agentstate_client.adk import AgentStateSessionService
 
@@ -26,23 +27,36 @@ and `last_update_time`, all one revision, then the app's and user's state, in th
 (`Session._storage_update_marker`, where ADK's database service keeps its own), so a write
 from a session object that another writer has overtaken raises ADK's `StaleSessionError`
 and writes nothing.
+
+Memories (`AgentStateMemoryService`) are store items (API.md 7b), one per event that has text,
+under the namespace `("adk-memory", app_name, user_id, "session", session_id)` and the
+event's id as key (events added without a session: `(..., user_id, "events")`; entries of
+`add_memory`: `(..., user_id, "entries")`), so adding a session again writes the same items
+(nothing is duplicated) and a search of `("adk-memory", app_name, user_id)` sees that user's
+memories only. The item's `content` is the event's text parts (thoughts left out), which
+lexical search reads; with an `embed` function, the embedding of their text (joined by
+spaces) is the item's vector `text` in the index `adk-memory-{dims}`. `delete_memory` deletes an id's memories and keeps the id under
+`("adk-memory-forgotten", app_name, user_id)`, which every add that has something to write
+reads first, so a deleted memory is not added again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import hashlib
+import inspect
 import json
 import time
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from agentstate_client._adapters import OwnsClient, send_once
-from agentstate_client._api import _thread_path
+from agentstate_client._api import OVERWRITE, _thread_path, store_item_body
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -59,6 +73,9 @@ try:
     from google.adk.errors.already_exists_error import AlreadyExistsError
     from google.adk.errors.session_not_found_error import SessionNotFoundError
     from google.adk.events.event import Event
+    from google.adk.memory import _utils as _memory_utils
+    from google.adk.memory.base_memory_service import BaseMemoryService, SearchMemoryResponse
+    from google.adk.memory.memory_entry import MemoryEntry
     from google.adk.sessions import _session_util
     from google.adk.sessions.base_session_service import (
         BaseSessionService,
@@ -67,14 +84,19 @@ try:
     )
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
+    from google.genai import types
 except ImportError as exc:  # pragma: no cover - the extra is missing
-    raise ImportError("AgentStateSessionService needs google-adk: "
+    raise ImportError("agentstate_client.adk needs google-adk: "
                       "pip install 'agentstate-client[adk]'") from exc
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
-__all__ = ["AgentStateSessionService"]
+    # texts -> one embedding each, in order (a plain or an async function)
+    Vectors = dict[str, dict[str, list[float]]]
+    Embed = Callable[[list[str]], Sequence[Sequence[float]] | Awaitable[Sequence[Sequence[float]]]]
+
+__all__ = ["AgentStateMemoryService", "AgentStateSessionService"]
 
 PAGE = 1000  # messages per read, the server's maximum
 
@@ -425,3 +447,227 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         """The message role an event is stored under: its content's role, else `event`."""
         role = event.content.role if event.content is not None else None
         return role[:64] if isinstance(role, str) and role and role.isprintable() else "event"
+
+
+# --- memory ------------------------------------------------------------------------------
+
+MEMORY = "adk-memory"  # the first label of every memory's namespace
+FORGOTTEN = "adk-memory-forgotten"  # ... and of the ids delete_memory took away
+MEMORY_BATCH = 100  # store operations of one POST /v1/batch
+TEXT = ["content.parts[*].text"]  # what lexical search reads of a memory
+MAX_QUERY = 4096  # characters of a search's query (the server's limit)
+WRITTEN = 65536  # items this service remembers having written (and skips writing again)
+
+
+def memory_namespace(app_name: str, user_id: str, *rest: str) -> tuple[str, ...]:
+    """The namespace of a user's memories in an app (`rest`: where under it)."""
+    return (MEMORY, app_name, user_id, *rest)
+
+
+def forgotten_namespace(app_name: str, user_id: str) -> tuple[str, ...]:
+    """Where the ids of a user's deleted memories are kept (each an item, key the id), so
+    adding their session again does not bring them back."""
+    return (FORGOTTEN, app_name, user_id)
+
+
+def _memory_content(content: types.Content | None) -> types.Content | None:
+    """What of an event's content is remembered: its text parts, thoughts left out (None
+    when that leaves no text, as nothing could be found by it)."""
+    if content is None or not content.parts:
+        return None
+    parts = [types.Part(text=part.text) for part in content.parts
+             if part.text and not part.thought]
+    if not parts or not any(part.text and part.text.strip() for part in parts):
+        return None
+    return types.Content(role=content.role, parts=parts)
+
+
+class AgentStateMemoryService(OwnsClient, BaseMemoryService):
+    """ADK's `BaseMemoryService` on agentstate's store (see the module docstring).
+
+    `search_memory` ranks a user's memories by full text (the server's; no embeddings at
+    all) unless the service has an `embed` function (`texts -> vectors`, plain or async):
+    then by similarity (`metric`) of the embedding of the query to each memory's, in the
+    vector index `index_name` (default `adk-memory-{dims}`), or both fused with
+    `hybrid=True`. At most `max_results` memories (10, as ADK's in-memory service).
+
+    Pass an `AsyncAgentStateClient`, or `base_url`/`api_key` (default: `$AGENTSTATE_URL`,
+    `$AGENTSTATE_API_KEY`) for a client the service owns and closes in `close()`.
+    """
+
+    def __init__(self, *, base_url: str | None = None, api_key: str | None = None,
+                 client: AsyncAgentStateClient | None = None, embed: Embed | None = None,
+                 index_name: str | None = None,
+                 metric: Literal["cosine", "inner_product", "l2"] = "cosine",
+                 hybrid: bool = False, max_results: int = 10) -> None:
+        if hybrid and embed is None:
+            raise ValueError("hybrid search needs an embed function")
+        if max_results < 1:
+            raise ValueError("max_results must be positive")
+        self._use_client(base_url, api_key, client)
+        self._embed, self._index_name, self._metric = embed, index_name, metric
+        self._hybrid, self._max_results = hybrid, max_results
+        # (namespace, key) -> digest of the body last written there: a session added again
+        # sends only what changed.
+        self._written: collections.OrderedDict[tuple[tuple[str, ...], str], str] = \
+            collections.OrderedDict()
+
+    async def _embeddings(self, texts: list[str]) -> list[list[float]]:
+        assert self._embed is not None
+        found = self._embed(texts)
+        if inspect.isawaitable(found):
+            found = await found
+        vectors = [[float(x) for x in vector] for vector in found]
+        if len(vectors) != len(texts):
+            raise ValueError(f"embed returned {len(vectors)} vectors for {len(texts)} texts")
+        return vectors
+
+    def _index(self, dims: int) -> str:
+        return self._index_name or f"{MEMORY}-{dims}"
+
+    async def _forgotten(self, app_name: str, user_id: str) -> set[str]:
+        found: set[str] = set()
+        offset = 0
+        while True:
+            page = await self.client.search_store(forgotten_namespace(app_name, user_id),
+                                                  limit=1000, offset=offset)
+            found.update(item.key for item in page.data)
+            if not page.has_more:
+                return found
+            offset += len(page.data)
+
+    async def _write(self, app_name: str, user_id: str,
+                     items: list[tuple[tuple[str, ...], str, dict[str, Any]]]) -> None:
+        """Put each (namespace, key, value) whatever is there (so a repeat is the same item),
+        with its text's embedding; items this service wrote already, equal, are skipped, and
+        so are deleted memories (read first, when there is anything to write)."""
+        pending = []
+        for namespace, key, value in items:
+            digest = _digest(store_item_body(value, TEXT))
+            if self._written.get((namespace, key)) != digest:
+                pending.append(((namespace, key), value, digest))
+        if pending:
+            forgotten = await self._forgotten(app_name, user_id)
+            pending = [one for one in pending if one[0][1] not in forgotten]
+        if not pending:
+            return
+        vectors: list[Vectors | None] = [None] * len(pending)
+        if self._embed is not None:
+            embedded = await self._embeddings([" ".join(part["text"] for part in
+                                                         value["content"]["parts"])
+                                                for _, value, _ in pending])
+            vectors = [{self._index(len(vector)): {"text": vector}} for vector in embedded]
+        ops: list[dict[str, Any]] = [
+            {"op": "store.put", "namespace": list(namespace), "key": key,
+             "if_none_match": OVERWRITE["If-None-Match"],
+             "body": store_item_body(value, TEXT, vectors=vector)}
+            for ((namespace, key), value, _), vector in zip(pending, vectors, strict=True)]
+        digests = [(where, digest) for where, _, digest in pending]
+        for start in range(0, len(ops), MEMORY_BATCH):
+            await self.client.batch(ops[start:start + MEMORY_BATCH])
+            for where, digest in digests[start:start + MEMORY_BATCH]:
+                self._written.pop(where, None)
+                self._written[where] = digest
+                if len(self._written) > WRITTEN:
+                    self._written.popitem(last=False)
+
+    @staticmethod
+    def _event_items(namespace: tuple[str, ...], events: Sequence[Event],
+                     session_id: str | None) -> list[tuple[tuple[str, ...], str,
+                                                           dict[str, Any]]]:
+        items = []
+        for event in events:
+            content = _memory_content(event.content)
+            if content is None:
+                continue
+            items.append((namespace, event.id, {
+                "content": content.model_dump(mode="json", exclude_none=True),
+                "author": event.author, "time": event.timestamp, "memory_id": event.id,
+                "event_id": event.id, "session_id": session_id}))
+        return items
+
+    async def add_session_to_memory(self, session: Session) -> None:
+        """Remember the session's events that have text (again: the same memories)."""
+        await self._write(session.app_name, session.user_id, self._event_items(
+            memory_namespace(session.app_name, session.user_id, "session", session.id),
+            session.events, session.id))
+
+    async def add_events_to_memory(self, *, app_name: str, user_id: str,
+                                   events: Sequence[Event], session_id: str | None = None,
+                                   custom_metadata: Mapping[str, object] | None = None) -> None:
+        """Remember these events (those with text), as part of their session's memories
+        when `session_id` is given. `custom_metadata` is not used."""
+        rest = ("session", session_id) if session_id else ("events",)
+        await self._write(app_name, user_id, self._event_items(
+            memory_namespace(app_name, user_id, *rest), events, session_id))
+
+    async def add_memory(self, *, app_name: str, user_id: str,
+                         memories: Sequence[MemoryEntry],
+                         custom_metadata: Mapping[str, object] | None = None) -> None:
+        """Remember these entries, each under its `id` (or, without one, a digest of it: the
+        same entry added again is the same memory). `custom_metadata` is not used."""
+        items = []
+        for entry in memories:
+            content = _memory_content(entry.content)
+            if content is None:
+                continue
+            stored = entry.model_copy(update={"content": content}).model_dump(
+                mode="json", exclude_none=True)
+            key = entry.id or _digest(stored)
+            items.append((memory_namespace(app_name, user_id, "entries"), key, {
+                "content": stored["content"],
+                "author": entry.author, "timestamp": entry.timestamp,
+                "custom_metadata": entry.custom_metadata, "memory_id": key}))
+        await self._write(app_name, user_id, items)
+
+    async def search_memory(self, *, app_name: str, user_id: str,
+                            query: str) -> SearchMemoryResponse:
+        """The user's memories best matching `query` (none for a query without words)."""
+        if not query or not query.strip():
+            return SearchMemoryResponse()
+        query = query[:MAX_QUERY]  # preload_memory's query is the user's whole message
+        vector = (await self._embeddings([query]))[0] if self._embed is not None else None
+        page = await self.client.search_store(
+            memory_namespace(app_name, user_id),
+            query=query if vector is None or self._hybrid else None, vector=vector,
+            vector_index=self._index(len(vector)) if vector is not None else None,
+            metric=self._metric, limit=self._max_results)
+        return SearchMemoryResponse(memories=[self._entry(item.value) for item in page.data])
+
+    @staticmethod
+    def _entry(value: Mapping[str, Any]) -> MemoryEntry:
+        if "event_id" not in value:  # an entry of add_memory
+            metadata = dict(value.get("custom_metadata") or {})
+            timestamp = value.get("timestamp")
+        else:  # an event
+            metadata = {"event_id": value["event_id"]}
+            if value.get("session_id") is not None:
+                metadata["session_id"] = value["session_id"]
+            when = value.get("time")
+            timestamp = _memory_utils.format_timestamp(when) if when is not None else None
+        return MemoryEntry(id=value["memory_id"],
+                           content=types.Content.model_validate(value["content"]),
+                           author=value.get("author"), timestamp=timestamp,
+                           custom_metadata=metadata)
+
+    async def delete_memory(self, *, app_name: str, user_id: str,
+                            memory_id: str | None = None) -> None:
+        """Delete the user's memories of this id (an event's, in every session it was
+        added with), and keep the id, so adding the session again does not bring it back
+        (as ADK's in-memory service); nothing happens for an id the user has no memory of."""
+        if not memory_id:
+            return
+        while True:  # a batch: the id kept, and up to 99 of its memories deleted
+            found = await self.client.search_store(
+                memory_namespace(app_name, user_id), filter={"memory_id": memory_id},
+                limit=MEMORY_BATCH - 1)
+            if not found.data:
+                return
+            await self.client.batch([
+                {"op": "store.put", "namespace": list(forgotten_namespace(app_name, user_id)),
+                 "key": memory_id, "if_none_match": OVERWRITE["If-None-Match"],
+                 "body": store_item_body({"memory_id": memory_id}, False)},
+                *({"op": "store.delete", "namespace": list(item.namespace), "key": item.key,
+                   "if_match": "*", "missing_ok": True} for item in found.data)])
+            if not found.has_more:
+                return
