@@ -7,9 +7,9 @@ it (app/retention). `namespace` and `key` are stored as they travel in URLs: eac
 encoded as a name (`app/store/addressing.py`), the labels joined by `/`.
 
 Lexical search reads `search_text`: the text at the item's index fields, tokenised by the
-server. Postgres serves it with a GIN expression index (`ix_store_items_search_text_gin`),
-SQLite with the FTS5 table `store_items_fts` the migration keeps in step by triggers; neither
-can be declared here (app/db/migrate.py `include_name`).
+server. Postgres serves it with a stored generated tsvector `search_tsv` and its GIN index
+(`ix_store_items_search_tsv_gin`), SQLite with the FTS5 table `store_items_fts` the migration
+keeps in step by triggers; neither can be declared here (app/db/migrate.py `include_name`).
 """
 
 from __future__ import annotations

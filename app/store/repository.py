@@ -31,7 +31,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import table as sql_table
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 from app.core.jsonutil import dumps
 from app.db.base import AnyRow, UTCDateTime, table
@@ -43,8 +43,9 @@ from app.store.models import StoreItem, StoreVector
 si = table(StoreItem)
 sv = table(StoreVector)
 _SIMPLE: Any = literal_column("'simple'::regconfig")
-# Postgres: the expression of the GIN index ix_store_items_search_text_gin (the migration).
-_TSVECTOR = func.to_tsvector(_SIMPLE, func.coalesce(si.c.search_text, literal_column("''")))
+# Postgres: the stored tsvector of `search_text`, GIN indexed (ix_store_items_search_tsv_gin),
+# a generated column only the migrations know (app/db/migrate.py `include_name`).
+_TSVECTOR = literal_column("store_items.search_tsv", TSVECTOR)
 # SQLite: the FTS5 table the migration keeps in step with `search_text` (its rowid is the id).
 _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
@@ -228,22 +229,17 @@ class StoreRepository(RevisionedRepository):
     async def vectors(self, where: list[Any], index: str,
                       dims: int) -> AsyncIterator[tuple[list[int], list[bytes]]]:
         """The index's vectors of the matching items, a chunk at a time: (item ids,
-        embeddings)."""
-        after = 0
+        embeddings). One statement (one join of items and vectors: a statement per chunk
+        joined them again each time); reads run outside a transaction, where Postgres has no
+        server-side cursor, so its answer is held whole (dims * 4 bytes a candidate)."""
         joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
                                   sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
-        while True:
-            rows = (await self.connection.execute(
-                select(sv.c.id, si.c.id.label("item_id"), sv.c.embedding).select_from(joined)
-                .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
-                       sv.c.dims == dims, sv.c.id > after)
-                .order_by(sv.c.id).limit(VECTOR_CHUNK))).all()
-            if not rows:
-                return
-            yield [row.item_id for row in rows], [row.embedding for row in rows]
-            if len(rows) < VECTOR_CHUNK:
-                return
-            after = rows[-1].id
+        result = await self.connection.execute(
+            select(si.c.id, sv.c.embedding).select_from(joined)
+            .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+                   sv.c.dims == dims))
+        for rows in result.partitions(VECTOR_CHUNK):
+            yield [row[0] for row in rows], [row[1] for row in rows]
 
     async def by_ids(self, ids: Sequence[int]) -> dict[int, AnyRow]:
         if not ids:
