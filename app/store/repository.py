@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     Integer,
+    LargeBinary,
     Numeric,
     Text,
     and_,
@@ -227,19 +228,32 @@ class StoreRepository(RevisionedRepository):
         return [(row, float(row.score)) for row in rows]
 
     async def vectors(self, where: list[Any], index: str,
-                      dims: int) -> AsyncIterator[tuple[list[int], list[bytes]]]:
-        """The index's vectors of the matching items, a chunk at a time: (item ids,
-        embeddings). One statement (one join of items and vectors: a statement per chunk
-        joined them again each time); reads run outside a transaction, where Postgres has no
-        server-side cursor, so its answer is held whole (dims * 4 bytes a candidate)."""
+                      dims: int) -> AsyncIterator[tuple[list[int], bytes]]:
+        """The index's vectors of the matching items, a chunk at a time: (item ids, their
+        embeddings end to end). One statement: a statement per chunk joined items and
+        vectors again each time. Postgres sends each chunk as one row (the ids as an array,
+        the embeddings as one `string_agg` of bytes: no row object per vector); reads run
+        outside a transaction, where there is no server-side cursor, so the answer is held
+        whole (dims * 4 bytes a candidate)."""
         joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
                                   sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
+        scope = [*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+                 sv.c.dims == dims]
+        if self.postgres:
+            # Chunks by item id (ids are dense enough: at most VECTOR_CHUNK items a chunk,
+            # times their fields); both aggregates read a group's rows in the same order.
+            group = si.c.id // VECTOR_CHUNK
+            result = await self.connection.execute(
+                select(func.array_agg(si.c.id),
+                       func.string_agg(sv.c.embedding, literal(b"", LargeBinary)))
+                .select_from(joined).where(*scope).group_by(group))
+            for ids, blob in result:
+                yield list(ids), bytes(blob)
+            return
         result = await self.connection.execute(
-            select(si.c.id, sv.c.embedding).select_from(joined)
-            .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
-                   sv.c.dims == dims))
+            select(si.c.id, sv.c.embedding).select_from(joined).where(*scope))
         for rows in result.partitions(VECTOR_CHUNK):
-            yield [row[0] for row in rows], [row[1] for row in rows]
+            yield [row[0] for row in rows], b"".join(row[1] for row in rows)
 
     async def by_ids(self, ids: Sequence[int]) -> dict[int, AnyRow]:
         if not ids:

@@ -304,8 +304,8 @@ class StoreService:
                      "message": f"{held} dimensions expected"}])
         ranking = vectors.Ranking()
         if held is not None:
-            async for ids, blobs in self.repo.vectors(where, query.index, held):
-                ranking.add(ids, vectors.scores(blobs, query.embedding, query.metric))
+            async for ids, blob in self.repo.vectors(where, query.index, held):
+                ranking.add(ids, vectors.scores(blob, query.embedding, query.metric))
         by_vector, best, scored = ranking.best(
             max(wanted, HYBRID_WINDOW) if body.query is not None else wanted)
         if body.query is not None:

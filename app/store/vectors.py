@@ -30,15 +30,16 @@ def unpack(embedding: bytes) -> list[float]:
     return [float(x) for x in np.frombuffer(embedding, dtype="<f4")]
 
 
-def scores(blobs: Sequence[bytes], query: Sequence[float], metric: str) -> np.ndarray:
+def scores(blob: bytes, query: Sequence[float], metric: str) -> np.ndarray:
+    """The scores of the embeddings in `blob` (end to end), in order."""
     q = np.asarray(query, dtype=np.float64)
-    m = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), len(q)).astype(np.float64)
+    m = np.frombuffer(blob, dtype="<f4").reshape(-1, len(q)).astype(np.float64)
     if metric == "inner_product":
         return m @ q  # type: ignore[no-any-return]
     if metric == "l2":
         return -np.linalg.norm(m - q, axis=1)  # type: ignore[no-any-return]
     norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
-    out = np.zeros(len(blobs))
+    out = np.zeros(len(m))
     np.divide(m @ q, norms, out=out, where=norms != 0)
     return out
 

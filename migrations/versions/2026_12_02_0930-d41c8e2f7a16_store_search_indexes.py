@@ -4,7 +4,12 @@ Revision ID: d41c8e2f7a16
 Revises: b5d1e7a3c902
 Create Date: 2026-12-02 09:30:00+00:00
 
-Postgres only (SQLite's lexical search reads FTS5 already). Lexical search ranked every
+Search without a query orders by (updated_at, id): the recency index gains `id`, so it gives
+that order whole. Without it Postgres walked the index backwards and sorted each run of equal
+`updated_at` (items written in one instant: an import, a bench's load) before the LIMIT,
+filtering every item of the run: 170-250 ms for a filtered search at 100,000 items.
+
+Then Postgres only (SQLite's lexical search reads FTS5 already). Lexical search ranked every
 matching item with `to_tsvector` computed again per row (the GIN expression index finds the
 rows, but `ts_rank` needs the vector): a stored generated column `search_tsv` holds it, GIN
 indexed. The GIN indexes lose `fastupdate`: with it, every search scans the index's pending
@@ -27,6 +32,9 @@ TSVECTOR = "to_tsvector('simple'::regconfig, coalesce(search_text, ''))"
 
 
 def upgrade() -> None:
+    op.create_index("ix_store_items_tenant_id_updated_at_id", "store_items",
+                    ["tenant_id", "updated_at", "id"])
+    op.drop_index("ix_store_items_tenant_id_updated_at", table_name="store_items")
     if op.get_context().dialect.name != "postgresql":
         return
     op.execute(f"ALTER TABLE store_items ADD COLUMN search_tsv tsvector "
@@ -39,9 +47,12 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_context().dialect.name != "postgresql":
-        return
-    op.execute("ALTER INDEX ix_store_items_value_gin RESET (fastupdate)")
-    op.execute(f"CREATE INDEX ix_store_items_search_text_gin ON store_items USING gin ({TSVECTOR})")
-    op.execute("DROP INDEX ix_store_items_search_tsv_gin")
-    op.execute("ALTER TABLE store_items DROP COLUMN search_tsv")
+    if op.get_context().dialect.name == "postgresql":
+        op.execute("ALTER INDEX ix_store_items_value_gin RESET (fastupdate)")
+        op.execute("CREATE INDEX ix_store_items_search_text_gin ON store_items USING gin "
+                   f"({TSVECTOR})")
+        op.execute("DROP INDEX ix_store_items_search_tsv_gin")
+        op.execute("ALTER TABLE store_items DROP COLUMN search_tsv")
+    op.create_index("ix_store_items_tenant_id_updated_at", "store_items",
+                    ["tenant_id", "updated_at"])
+    op.drop_index("ix_store_items_tenant_id_updated_at_id", table_name="store_items")
