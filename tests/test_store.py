@@ -357,6 +357,10 @@ async def test_search_pages_by_recency_and_by_relevance(client: httpx.AsyncClien
     by_vector = await search(client, namespace_prefix=ns,
                              vector={"index": "small", "embedding": [1.0, 0.0]})
     assert keys(by_vector)[0] == "b" and by_vector[0]["score"] == pytest.approx(2 ** -0.5, 1e-6)
+    assert keys(by_vector) == ["b", "d", "c", "a"], "equal scores: the newer item first"
+    paged = await client.post(SEARCH, json={"namespace_prefix": ns, "limit": 2, "offset": 2,
+                                            "vector": {"index": "small", "embedding": [1, 0]}})
+    assert keys(paged.json()["data"]) == ["c", "a"] and paged.json()["has_more"] is False
     larger = await search(client, namespace_prefix=ns,
                           vector={"index": "large", "embedding": [0, 0, 1, 0]})
     assert keys(larger)[0] == "d", "indexes of different dimensions side by side"

@@ -1,9 +1,10 @@
 """Exact vector scoring: the embeddings of a search's candidates against its query vector.
 
 Embeddings are stored as float32 little-endian bytes on every backend; numpy scores a chunk
-of them in one matrix product (a vector index of pgvector, where there is one, is
-`app/store/hnsw.py`). Scores are higher-is-better: cosine similarity, the inner product, or
-minus the Euclidean distance.
+of them in one matrix product, and `Ranking` keeps the best items. There is no approximate
+index (pgvector's HNSW) yet: docs/PERFORMANCE.md says what the exact search costs per size.
+Scores are higher-is-better: cosine similarity, the inner product, or minus the Euclidean
+distance.
 """
 
 from __future__ import annotations
