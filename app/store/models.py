@@ -43,6 +43,9 @@ class StoreItem(Base):
         # Search without a query pages by recency: the index gives the whole order (items
         # written in one instant, an import, are not sorted again after it).
         Index("ix_store_items_tenant_id_updated_at_id", "tenant_id", "updated_at", "id"),
+        # ... and so within one namespace (app/store/repository.py `recent`).
+        Index("ix_store_items_tenant_id_namespace_updated_at_id", "tenant_id", "namespace",
+              "updated_at", "id"),
         # The sweeper finds expired items by it.
         Index("ix_store_items_expires_at", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL AND deleted_at IS NULL"),

@@ -29,6 +29,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy import table as sql_table
@@ -68,6 +69,8 @@ class StoreRepository(RevisionedRepository):
         super().__init__(connection, tenant_id)
         self.now = now
         self.postgres = dialect_name(connection) == "postgresql"
+        # The namespace prefix of the last `scope` and its condition (see `recent`).
+        self._prefix: tuple[str, ColumnElement[bool]] | None = None
 
     def _now(self) -> Any:
         return bindparam("now", self.now, type_=UTCDateTime())
@@ -135,7 +138,8 @@ class StoreRepository(RevisionedRepository):
         value meets every condition."""
         where: list[Any] = [self._live()]
         if prefix:
-            where.append(prefix_condition(prefix))
+            self._prefix = (prefix, prefix_condition(prefix))
+            where.append(self._prefix[1])
         where.extend(self._condition(c) for c in conditions)
         return where
 
@@ -203,10 +207,31 @@ class StoreRepository(RevisionedRepository):
         return si.c.updated_at.desc(), si.c.id.desc()
 
     async def recent(self, where: list[Any], limit: int, offset: int) -> list[AnyRow]:
-        """Matching items, most recently updated first."""
+        """Matching items, most recently updated first.
+
+        On Postgres a search under a namespace prefix is the union of the namespace itself
+        and the namespaces below it, each in its own order: the namespace's part walks
+        `(tenant_id, namespace, updated_at, id)` and stops at `offset + limit` matches.
+        One statement over the OR of both could only walk the tenant's recency index, past
+        every newer item of other namespaces (Postgres cannot know a namespace's items were
+        written together: 54 ms for a 1% filter on 10,000 items behind 100,000 newer ones)."""
+        prefix = self._prefix
+        at = next((n for n, c in enumerate(where) if prefix is not None and c is prefix[1]),
+                  None)
+        if not self.postgres or prefix is None or at is None:
+            return list((await self.connection.execute(
+                select(si).where(*where).order_by(*self._order_recent())
+                .limit(limit).offset(offset))).all())
+        rest = where[:at] + where[at + 1:]
+        name = prefix[0]
+        parts = [select(si).where(*rest, condition).order_by(*self._order_recent())
+                 .limit(limit + offset).subquery().select()
+                 for condition in (si.c.namespace == name,
+                                   and_(si.c.namespace > name + "/", si.c.namespace < name + "0"))]
+        both = union_all(*parts).subquery()
         return list((await self.connection.execute(
-            select(si).where(*where).order_by(*self._order_recent()).limit(limit).offset(offset)
-        )).all())
+            select(both).order_by(both.c.updated_at.desc(), both.c.id.desc())
+            .limit(limit).offset(offset))).all())
 
     async def lexical(self, where: list[Any], words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:

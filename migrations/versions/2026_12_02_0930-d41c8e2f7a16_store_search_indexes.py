@@ -7,7 +7,9 @@ Create Date: 2026-12-02 09:30:00+00:00
 Search without a query orders by (updated_at, id): the recency index gains `id`, so it gives
 that order whole. Without it Postgres walked the index backwards and sorted each run of equal
 `updated_at` (items written in one instant: an import, a bench's load) before the LIMIT,
-filtering every item of the run: 170-250 ms for a filtered search at 100,000 items.
+filtering every item of the run: 170-250 ms for a filtered search at 100,000 items. And
+within one namespace, `(tenant_id, namespace, updated_at, id)`: a search under a prefix walks
+its namespace alone (app/store/repository.py `recent`), not the tenant's newer items too.
 
 Then Postgres only (SQLite's lexical search reads FTS5 already). Lexical search ranked every
 matching item with `to_tsvector` computed again per row (the GIN expression index finds the
@@ -35,6 +37,8 @@ def upgrade() -> None:
     op.create_index("ix_store_items_tenant_id_updated_at_id", "store_items",
                     ["tenant_id", "updated_at", "id"])
     op.drop_index("ix_store_items_tenant_id_updated_at", table_name="store_items")
+    op.create_index("ix_store_items_tenant_id_namespace_updated_at_id", "store_items",
+                    ["tenant_id", "namespace", "updated_at", "id"])
     if op.get_context().dialect.name != "postgresql":
         return
     op.execute(f"ALTER TABLE store_items ADD COLUMN search_tsv tsvector "
@@ -55,4 +59,5 @@ def downgrade() -> None:
         op.execute("ALTER TABLE store_items DROP COLUMN search_tsv")
     op.create_index("ix_store_items_tenant_id_updated_at", "store_items",
                     ["tenant_id", "updated_at"])
+    op.drop_index("ix_store_items_tenant_id_namespace_updated_at_id", table_name="store_items")
     op.drop_index("ix_store_items_tenant_id_updated_at_id", table_name="store_items")
