@@ -54,11 +54,10 @@ _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
 
 
-def prefix_condition(prefix: str) -> ColumnElement[bool]:
+def prefix_condition(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
     """Namespaces equal to `prefix` or below it: a range on the (C-ordered) column, since
     no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
-    return or_(si.c.namespace == prefix,
-               and_(si.c.namespace > prefix + "/", si.c.namespace < prefix + "0"))
+    return or_(namespace == prefix, and_(namespace > prefix + "/", namespace < prefix + "0"))
 
 
 class StoreRepository(RevisionedRepository):
@@ -264,6 +263,10 @@ class StoreRepository(RevisionedRepository):
                                   sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
         scope = [*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
                  sv.c.dims == dims]
+        if self._prefix is not None and any(c is self._prefix[1] for c in where):
+            # The join implies it; said of the vectors too, Postgres reads only the prefix's
+            # vectors (their unique index) instead of every vector of the index in the tenant.
+            scope.append(prefix_condition(self._prefix[0], sv.c.namespace))
         if self.postgres:
             # Chunks by item id (ids are dense enough: at most VECTOR_CHUNK items a chunk,
             # times their fields); both aggregates read a group's rows in the same order.
