@@ -8,9 +8,11 @@ AsyncPostgresStore keeps its tables in the schema `lgst` of the same database.
 
 Part 2, agentstate's search endpoint over HTTP, on N items in one namespace (loaded with
 SQL, as the server would have stored them: tokens, float32 vectors): a filtered search
-(equality, 1% of the items match, 10 results), lexical (one word, 10 results), vector
-exact (cosine, 128 dimensions), hybrid (the word and the vector). HNSW needs pgvector,
-which this machine's Postgres lacks: that row says so.
+(equality, 1% of the items match, 10 results), lexical (one word, 10 results: a common word,
+in a third of the items, and a rare one, in 1%), vector exact (cosine, 128 dimensions),
+hybrid (the common word and the vector). HNSW needs pgvector, which this machine's Postgres
+lacks: that row says so (`bench/store_hnsw.py` measures pgvector's HNSW against its exact
+scan on a Postgres from a wheel).
 
     .venv/bin/python -m bench.store                  # 10,000 and 100,000 items
     .venv/bin/python -m bench.store --sizes 1000 --calls 20   # a quick look
@@ -67,8 +69,10 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
 
 
 def memory(rng: random.Random, n: int) -> dict[str, Any]:
-    return {"text": " ".join(rng.choice(WORDS) for _ in range(12)), "tag": f"t{n % TAGS}",
-            "n": n}
+    """Twelve of WORDS (any one of them is in a third of the items) and a rare word (`w7`:
+    1% of the items)."""
+    words = [rng.choice(WORDS) for _ in range(12)] + [f"w{n % TAGS}"]
+    return {"text": " ".join(words), "tag": f"t{n % TAGS}", "n": n}
 
 
 async def interface(base_url: str, lgst_dsn: str, calls: int) -> list[dict[str, Any]]:
@@ -149,8 +153,10 @@ async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
             searches: dict[str, Callable[[], Awaitable[Any]]] = {
                 "filtered (1%, 10 results)": lambda p=prefix: client.search_store(
                     p, filter={"tag": f"t{rng.randrange(TAGS)}"}, limit=10),
-                "lexical (one word)": lambda p=prefix: client.search_store(
+                "lexical (a word in 1/3 of the items)": lambda p=prefix: client.search_store(
                     p, query=rng.choice(WORDS), limit=10),
+                "lexical (a word in 1% of the items)": lambda p=prefix: client.search_store(
+                    p, query=f"w{rng.randrange(TAGS)}", limit=10),
                 "vector exact (cosine, 128-d)": lambda p=prefix, v=vector: client.search_store(
                     p, vector=v, vector_index="bench", limit=10),
                 "hybrid (word + vector)": lambda p=prefix, v=vector: client.search_store(
@@ -163,7 +169,8 @@ async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
                 samples = [await timed(call) for _ in range(runs)]
                 out.append({"items": size, **row(name, samples), "calls": runs})
             out.append({"items": size, "name": "vector HNSW", "p50": None, "p99": None,
-                        "calls": 0, "note": "no pgvector on this Postgres"})
+                        "calls": 0,
+                        "note": "no pgvector on this Postgres (bench/store_hnsw.py)"})
     return out
 
 

@@ -357,6 +357,10 @@ async def test_search_pages_by_recency_and_by_relevance(client: httpx.AsyncClien
     by_vector = await search(client, namespace_prefix=ns,
                              vector={"index": "small", "embedding": [1.0, 0.0]})
     assert keys(by_vector)[0] == "b" and by_vector[0]["score"] == pytest.approx(2 ** -0.5, 1e-6)
+    assert keys(by_vector) == ["b", "d", "c", "a"], "equal scores: the newer item first"
+    paged = await client.post(SEARCH, json={"namespace_prefix": ns, "limit": 2, "offset": 2,
+                                            "vector": {"index": "small", "embedding": [1, 0]}})
+    assert keys(paged.json()["data"]) == ["c", "a"] and paged.json()["has_more"] is False
     larger = await search(client, namespace_prefix=ns,
                           vector={"index": "large", "embedding": [0, 0, 1, 0]})
     assert keys(larger)[0] == "d", "indexes of different dimensions side by side"
@@ -383,6 +387,19 @@ async def test_search_pages_by_recency_and_by_relevance(client: httpx.AsyncClien
                                                                 "embedding": [1.0]})
     assert [found["score"] for found in unknown] == [None] * 4, \
         "items without a vector in the index follow, unscored"
+
+
+async def test_a_prefix_is_its_namespace_and_those_below_by_recency(client: httpx.AsyncClient,
+                                                                     uid: str) -> None:
+    root = f"pre-{uid}/b"
+    for n, namespace in enumerate((root, f"{root}/c", f"pre-{uid}/b-x", root, f"{root}/c")):
+        await put(client, item(namespace, f"k{n}"), {"value": {"n": n, "even": n % 2 == 0}})
+    prefix = [f"pre-{uid}", "b"]
+    assert keys(await search(client, namespace_prefix=prefix)) == ["k4", "k3", "k1", "k0"]
+    page = await client.post(SEARCH, json={"namespace_prefix": prefix, "limit": 2, "offset": 1})
+    assert keys(page.json()["data"]) == ["k3", "k1"] and page.json()["has_more"] is True
+    assert keys(await search(client, namespace_prefix=prefix, filter={"even": True})) == \
+        ["k4", "k0"]
 
 
 async def test_vectors_are_replaced_merged_and_checked(client: httpx.AsyncClient,

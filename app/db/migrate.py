@@ -20,8 +20,11 @@ from app.db.models import Base
 def include_name(name: str | None, type_: str, _parent: object) -> bool:
     """GIN expression indexes (`*_gin`) live only in migrations, on Postgres: the models
     cannot express them portably and autogenerate cannot compare them. So do SQLite's FTS5
-    tables of the store (`store_items_fts` and its shadow tables)."""
+    tables of the store (`store_items_fts` and its shadow tables), and Postgres's stored
+    tsvector of store items (`search_tsv`, a generated column SQLite has no use for)."""
     if name is not None and type_ == "table" and name.startswith("store_items_fts"):
+        return False
+    if type_ == "column" and name == "search_tsv":
         return False
     return not (type_ == "index" and name is not None and name.endswith("_gin"))
 

@@ -7,9 +7,9 @@ it (app/retention). `namespace` and `key` are stored as they travel in URLs: eac
 encoded as a name (`app/store/addressing.py`), the labels joined by `/`.
 
 Lexical search reads `search_text`: the text at the item's index fields, tokenised by the
-server. Postgres serves it with a GIN expression index (`ix_store_items_search_text_gin`),
-SQLite with the FTS5 table `store_items_fts` the migration keeps in step by triggers; neither
-can be declared here (app/db/migrate.py `include_name`).
+server. Postgres serves it with a stored generated tsvector `search_tsv` and its GIN index
+(`ix_store_items_search_tsv_gin`), SQLite with the FTS5 table `store_items_fts` the migration
+keeps in step by triggers; neither can be declared here (app/db/migrate.py `include_name`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,12 @@ class StoreItem(Base):
     __table_args__ = (
         # Also the order of a prefix's namespaces (a range on `namespace`).
         UniqueConstraint("tenant_id", "namespace", "key"),
-        # Search without a query pages by recency.
-        Index("ix_store_items_tenant_id_updated_at", "tenant_id", "updated_at"),
+        # Search without a query pages by recency: the index gives the whole order (items
+        # written in one instant, an import, are not sorted again after it).
+        Index("ix_store_items_tenant_id_updated_at_id", "tenant_id", "updated_at", "id"),
+        # ... and so within one namespace (app/store/repository.py `recent`).
+        Index("ix_store_items_tenant_id_namespace_updated_at_id", "tenant_id", "namespace",
+              "updated_at", "id"),
         # The sweeper finds expired items by it.
         Index("ix_store_items_expires_at", "expires_at",
               postgresql_where=text("expires_at IS NOT NULL AND deleted_at IS NULL"),

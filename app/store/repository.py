@@ -12,6 +12,7 @@ from sqlalchemy import (
     Boolean,
     ColumnElement,
     Integer,
+    LargeBinary,
     Numeric,
     Text,
     and_,
@@ -28,10 +29,11 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    union_all,
     update,
 )
 from sqlalchemy import table as sql_table
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 from app.core.jsonutil import dumps
 from app.db.base import AnyRow, UTCDateTime, table
@@ -43,19 +45,19 @@ from app.store.models import StoreItem, StoreVector
 si = table(StoreItem)
 sv = table(StoreVector)
 _SIMPLE: Any = literal_column("'simple'::regconfig")
-# Postgres: the expression of the GIN index ix_store_items_search_text_gin (the migration).
-_TSVECTOR = func.to_tsvector(_SIMPLE, func.coalesce(si.c.search_text, literal_column("''")))
+# Postgres: the stored tsvector of `search_text`, GIN indexed (ix_store_items_search_tsv_gin),
+# a generated column only the migrations know (app/db/migrate.py `include_name`).
+_TSVECTOR = literal_column("store_items.search_tsv", TSVECTOR)
 # SQLite: the FTS5 table the migration keeps in step with `search_text` (its rowid is the id).
 _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
 
 
-def prefix_condition(prefix: str) -> ColumnElement[bool]:
+def prefix_condition(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
     """Namespaces equal to `prefix` or below it: a range on the (C-ordered) column, since
     no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
-    return or_(si.c.namespace == prefix,
-               and_(si.c.namespace > prefix + "/", si.c.namespace < prefix + "0"))
+    return or_(namespace == prefix, and_(namespace > prefix + "/", namespace < prefix + "0"))
 
 
 class StoreRepository(RevisionedRepository):
@@ -66,6 +68,8 @@ class StoreRepository(RevisionedRepository):
         super().__init__(connection, tenant_id)
         self.now = now
         self.postgres = dialect_name(connection) == "postgresql"
+        # The namespace prefix of the last `scope` and its condition (see `recent`).
+        self._prefix: tuple[str, ColumnElement[bool]] | None = None
 
     def _now(self) -> Any:
         return bindparam("now", self.now, type_=UTCDateTime())
@@ -133,7 +137,8 @@ class StoreRepository(RevisionedRepository):
         value meets every condition."""
         where: list[Any] = [self._live()]
         if prefix:
-            where.append(prefix_condition(prefix))
+            self._prefix = (prefix, prefix_condition(prefix))
+            where.append(self._prefix[1])
         where.extend(self._condition(c) for c in conditions)
         return where
 
@@ -201,10 +206,31 @@ class StoreRepository(RevisionedRepository):
         return si.c.updated_at.desc(), si.c.id.desc()
 
     async def recent(self, where: list[Any], limit: int, offset: int) -> list[AnyRow]:
-        """Matching items, most recently updated first."""
+        """Matching items, most recently updated first.
+
+        On Postgres a search under a namespace prefix is the union of the namespace itself
+        and the namespaces below it, each in its own order: the namespace's part walks
+        `(tenant_id, namespace, updated_at, id)` and stops at `offset + limit` matches.
+        One statement over the OR of both could only walk the tenant's recency index, past
+        every newer item of other namespaces (Postgres cannot know a namespace's items were
+        written together: 54 ms for a 1% filter on 10,000 items behind 100,000 newer ones)."""
+        prefix = self._prefix
+        at = next((n for n, c in enumerate(where) if prefix is not None and c is prefix[1]),
+                  None)
+        if not self.postgres or prefix is None or at is None:
+            return list((await self.connection.execute(
+                select(si).where(*where).order_by(*self._order_recent())
+                .limit(limit).offset(offset))).all())
+        rest = where[:at] + where[at + 1:]
+        name = prefix[0]
+        parts = [select(si).where(*rest, condition).order_by(*self._order_recent())
+                 .limit(limit + offset).subquery().select()
+                 for condition in (si.c.namespace == name,
+                                   and_(si.c.namespace > name + "/", si.c.namespace < name + "0"))]
+        both = union_all(*parts).subquery()
         return list((await self.connection.execute(
-            select(si).where(*where).order_by(*self._order_recent()).limit(limit).offset(offset)
-        )).all())
+            select(both).order_by(both.c.updated_at.desc(), both.c.id.desc())
+            .limit(limit).offset(offset))).all())
 
     async def lexical(self, where: list[Any], words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
@@ -226,24 +252,36 @@ class StoreRepository(RevisionedRepository):
         return [(row, float(row.score)) for row in rows]
 
     async def vectors(self, where: list[Any], index: str,
-                      dims: int) -> AsyncIterator[tuple[list[int], list[bytes]]]:
-        """The index's vectors of the matching items, a chunk at a time: (item ids,
-        embeddings)."""
-        after = 0
+                      dims: int) -> AsyncIterator[tuple[list[int], bytes]]:
+        """The index's vectors of the matching items, a chunk at a time: (item ids, their
+        embeddings end to end). One statement: a statement per chunk joined items and
+        vectors again each time. Postgres sends each chunk as one row (the ids as an array,
+        the embeddings as one `string_agg` of bytes: no row object per vector); reads run
+        outside a transaction, where there is no server-side cursor, so the answer is held
+        whole (dims * 4 bytes a candidate)."""
         joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
                                   sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
-        while True:
-            rows = (await self.connection.execute(
-                select(sv.c.id, si.c.id.label("item_id"), sv.c.embedding).select_from(joined)
-                .where(*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
-                       sv.c.dims == dims, sv.c.id > after)
-                .order_by(sv.c.id).limit(VECTOR_CHUNK))).all()
-            if not rows:
-                return
-            yield [row.item_id for row in rows], [row.embedding for row in rows]
-            if len(rows) < VECTOR_CHUNK:
-                return
-            after = rows[-1].id
+        scope = [*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+                 sv.c.dims == dims]
+        if self._prefix is not None and any(c is self._prefix[1] for c in where):
+            # The join implies it; said of the vectors too, Postgres reads only the prefix's
+            # vectors (their unique index) instead of every vector of the index in the tenant.
+            scope.append(prefix_condition(self._prefix[0], sv.c.namespace))
+        if self.postgres:
+            # Chunks by item id (ids are dense enough: at most VECTOR_CHUNK items a chunk,
+            # times their fields); both aggregates read a group's rows in the same order.
+            group = si.c.id // VECTOR_CHUNK
+            result = await self.connection.execute(
+                select(func.array_agg(si.c.id),
+                       func.string_agg(sv.c.embedding, literal(b"", LargeBinary)))
+                .select_from(joined).where(*scope).group_by(group))
+            for ids, blob in result:
+                yield list(ids), bytes(blob)
+            return
+        result = await self.connection.execute(
+            select(si.c.id, sv.c.embedding).select_from(joined).where(*scope))
+        for rows in result.partitions(VECTOR_CHUNK):
+            yield [row[0] for row in rows], b"".join(row[1] for row in rows)
 
     async def by_ids(self, ids: Sequence[int]) -> dict[int, AnyRow]:
         if not ids:

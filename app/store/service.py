@@ -302,14 +302,12 @@ class StoreService:
                 f"has {len(query.embedding)}.", errors=[
                     {"pointer": "/vector/embedding", "code": "vector_dims_mismatch",
                      "message": f"{held} dimensions expected"}])
-        best: dict[int, float] = {}
+        ranking = vectors.Ranking()
         if held is not None:
-            async for ids, blobs in self.repo.vectors(where, query.index, held):
-                for item_id, score in zip(ids, vectors.scores(blobs, query.embedding,
-                                                              query.metric), strict=True):
-                    if item_id not in best or score > best[item_id]:
-                        best[item_id] = score
-        by_vector = sorted(best, key=lambda item_id: (-best[item_id], -item_id))
+            async for ids, blob in self.repo.vectors(where, query.index, held):
+                ranking.add(ids, vectors.scores(blob, query.embedding, query.metric))
+        by_vector, best, scored = ranking.best(
+            max(wanted, HYBRID_WINDOW) if body.query is not None else wanted)
         if body.query is not None:
             return await self._fused(body, where, wanted, by_vector)
         page_ids = by_vector[body.offset:wanted]
@@ -318,7 +316,7 @@ class StoreService:
         missing = wanted - body.offset - len(ranked)
         if missing > 0:  # then the items with no vector in the index, by recency
             tail = await self.repo.without_vectors(
-                where, query.index, missing, max(0, body.offset - len(by_vector)))
+                where, query.index, missing, max(0, body.offset - scored))
             ranked.extend((row, None) for row in tail)
         return ranked
 

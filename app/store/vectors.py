@@ -1,9 +1,10 @@
 """Exact vector scoring: the embeddings of a search's candidates against its query vector.
 
 Embeddings are stored as float32 little-endian bytes on every backend; numpy scores a chunk
-of them in one matrix product (a vector index of pgvector, where there is one, is
-`app/store/hnsw.py`). Scores are higher-is-better: cosine similarity, the inner product, or
-minus the Euclidean distance.
+of them in one matrix product, and `Ranking` keeps the best items. There is no approximate
+index (pgvector's HNSW) yet: docs/PERFORMANCE.md says what the exact search costs per size.
+Scores are higher-is-better: cosine similarity, the inner product, or minus the Euclidean
+distance.
 """
 
 from __future__ import annotations
@@ -30,14 +31,51 @@ def unpack(embedding: bytes) -> list[float]:
     return [float(x) for x in np.frombuffer(embedding, dtype="<f4")]
 
 
-def scores(blobs: Sequence[bytes], query: Sequence[float], metric: str) -> list[float]:
+def scores(blob: bytes, query: Sequence[float], metric: str) -> np.ndarray:
+    """The scores of the embeddings in `blob` (end to end), in order."""
     q = np.asarray(query, dtype=np.float64)
-    m = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(blobs), len(q)).astype(np.float64)
+    m = np.frombuffer(blob, dtype="<f4").reshape(-1, len(q)).astype(np.float64)
     if metric == "inner_product":
-        return (m @ q).tolist()  # type: ignore[no-any-return]
+        return m @ q  # type: ignore[no-any-return]
     if metric == "l2":
-        return (-np.linalg.norm(m - q, axis=1)).tolist()  # type: ignore[no-any-return]
+        return -np.linalg.norm(m - q, axis=1)  # type: ignore[no-any-return]
     norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
-    out = np.zeros(len(blobs))
+    out = np.zeros(len(m))
     np.divide(m @ q, norms, out=out, where=norms != 0)
-    return list(out.tolist())
+    return out
+
+
+class Ranking:
+    """The scores of a search's candidates, a chunk at a time; an item's score is its best
+    vector's. `best(n)` is the top n items, best first (ties: the newer id first), in one
+    pass of numpy over every candidate (no Python loop per vector, no full sort)."""
+
+    def __init__(self) -> None:
+        self._ids: list[np.ndarray] = []
+        self._scores: list[np.ndarray] = []
+
+    def add(self, ids: Sequence[int], chunk_scores: np.ndarray) -> None:
+        self._ids.append(np.asarray(ids, dtype=np.int64))
+        self._scores.append(chunk_scores)
+
+    def best(self, n: int) -> tuple[list[int], dict[int, float], int]:
+        """(the top n item ids in order, their scores, how many items were scored)."""
+        if not self._ids:
+            return [], {}, 0
+        ids = np.concatenate(self._ids)
+        values = np.concatenate(self._scores)
+        grouped = np.lexsort((-values, ids))  # by item, its best score first
+        ids, values = ids[grouped], values[grouped]
+        first = np.ones(len(ids), dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        ids, values = ids[first], values[first]
+        if n < len(ids):  # every item scoring at least the n-th best, ties included
+            threshold = np.partition(values, len(values) - n)[len(values) - n]
+            keep = values >= threshold
+            top_ids, top_values = ids[keep], values[keep]
+        else:
+            top_ids, top_values = ids, values
+        order = np.lexsort((-top_ids, -top_values))[:n]
+        chosen = [int(i) for i in top_ids[order]]
+        return chosen, dict(zip(chosen, (float(v) for v in top_values[order]), strict=True)), \
+            len(ids)
