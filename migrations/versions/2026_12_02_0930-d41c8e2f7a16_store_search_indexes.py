@@ -1,7 +1,7 @@
 """the store's search indexes: a stored tsvector, GIN indexes without a pending list
 
 Revision ID: d41c8e2f7a16
-Revises: b5d1e7a3c902
+Revises: 9e749a62aea0
 Create Date: 2026-12-02 09:30:00+00:00
 
 Search without a query orders by (updated_at, id): the recency index gains `id`, so it gives
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "d41c8e2f7a16"
-down_revision: str | Sequence[str] | None = "b5d1e7a3c902"
+down_revision: str | Sequence[str] | None = "9e749a62aea0"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
