@@ -146,9 +146,14 @@ def query_for(spec: dict[str, Any], op: Op) -> dict[str, Any]:
 async def call(client: httpx.AsyncClient, spec: dict[str, Any], op: Op, values: dict[str, str],
                token: str | None, learned: dict[str, str] | None = None) -> httpx.Response:
     body = body_for(spec, op, learned or {}) if op.method in WRITES else None
+    headers = bearer(token) if token else {}
+    if "text/event-stream" in op.spec.get("responses", {}).get("200", {}).get("content", {}):
+        # A stream the caller may read never ends in process: ask for what it refuses, so a
+        # caller it admits gets its 406 (the key is checked before the media type).
+        headers["Accept"] = "application/json"
     return await client.request(
-        op.method.upper(), op.url(values), params=query_for(spec, op),
-        headers=bearer(token) if token else {}, json=body,
+        op.method.upper(), op.url(values), params=query_for(spec, op), headers=headers,
+        json=body,
     )
 
 
