@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -102,3 +103,17 @@ def test_the_event_stream_line_streams_as_pasted(database_url: str, uid: str) ->
     assert result.returncode == 124, (result.returncode, result.stderr)  # cut by timeout
     assert result.stdout.startswith("retry: 1000\n"), result.stdout
     assert f'"resource":"/v1/threads/streamed-{uid}"' in result.stdout, result.stdout
+
+
+@pytest.mark.slow
+def test_the_memory_example_runs_as_pasted(database_url: str) -> None:
+    block = next(block for block in fenced("sh") if "U=user-$RANDOM" in block)
+    with ServerProcess(database_url) as server:
+        script = block.replace("localhost:8080", f"127.0.0.1:{server.port}")
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                                text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert re.findall(r"HTTP/1.1 (\d{3})", result.stdout) == ["201"]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert [item["key"] for item in found["data"]] == ["theme"], found  # "lang": 9 < 9.5
+    assert found["data"][0]["score"] > 0 and found["data"][0]["expires_at"], found
