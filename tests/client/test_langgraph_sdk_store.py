@@ -75,6 +75,17 @@ async def test_every_store_call_of_the_async_sdk(server: ServerProcess, uid: str
                 datetime.fromisoformat(first["expires_at"])
             assert (await http.get(f"/v1/store/items/users/u-{uid}/memories/k@2F2@20@C3@A9")
                     ).json()["value"]["text"] == "flies to Rome", "the same items as /v1/store"
+            # What the SDK refuses before sending, the server refuses too: a GET could not
+            # name a label with a period.
+            dotted = await http.put("/langgraph/store/items", json={
+                "namespace": ["a.b"], "key": "k", "value": {}})
+            assert dotted.status_code == 422, dotted.text
+            assert dotted.json()["errors"][0]["pointer"] == "/namespace/0"
+            empty = await http.get("/langgraph/store/items", params={"namespace": "a..b",
+                                                                      "key": "k"})
+            assert empty.json()["errors"][0] == {"parameter": "namespace", "code": "empty_label",
+                                                 "message": "Namespace labels are non-empty "
+                                                            "strings."}
 
         with pytest.raises(UnprocessableEntityError) as refused:
             await store.search_items(user, limit=0)
