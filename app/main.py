@@ -38,6 +38,7 @@ from app.ops.router import router as ops_router
 from app.ops.service import ReadinessCheck
 from app.ops.startup import start
 from app.retention.service import Retention, Sweeper
+from app.store.langgraph_router import router as langgraph_store_router
 from app.store.router import router as store_router
 from app.threads.router import router as threads_router
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 ROUTERS = [
     ops_router, threads_router, messages_router, lineage_router, compactions_router, agent_states_router,
     mcp_servers_router, events_router, batch_router, checkpoints_router, store_router,
+    langgraph_store_router,
 ]
 
 

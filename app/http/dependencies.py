@@ -65,11 +65,33 @@ def bearer_token(authorizations: list[str]) -> str | None:
     return token.strip()
 
 
-async def authenticate(app: Any, authorizations: list[str]) -> Principal:
-    """The principal of a request's Authorization headers (401 if no valid key where one is
-    needed). Used by the body-limit middleware too, so a write is judged before its body."""
+# The routes the LangGraph SDK calls (`get_client(url=<server>/langgraph)`, the store's
+# `langgraph_router.py`): there the key may come as the SDK sends it, `x-api-key: <key>`.
+SDK_PREFIX = "/langgraph/"
+
+
+def request_token(path: str, authorizations: list[str], api_keys: list[str]) -> str | None:
+    """The API key a request presents: its `Authorization: Bearer` token, or under
+    `SDK_PREFIX` its one `x-api-key` header instead. Two different keys are a 400."""
+    token = bearer_token(authorizations)
+    if not path.startswith(SDK_PREFIX) or not api_keys:
+        return token
+    if len(api_keys) > 1:
+        raise InvalidHeader("Send one x-api-key header, not several.")
+    key = api_keys[0].strip()
+    if not key:
+        raise Unauthorized("The x-api-key header is empty.")
+    if token is not None and token != key:
+        raise InvalidHeader("Send the API key once: as x-api-key or as Authorization: Bearer.")
+    return key
+
+
+async def authenticate(app: Any, path: str, authorizations: list[str],
+                       api_keys: list[str]) -> Principal:
+    """The principal of a request's key headers (401 if no valid key where one is needed).
+    Used by the body-limit middleware too, so a write is judged before its body."""
     principal: Principal = await app.state.authenticator.authenticate(
-        app.state.db, bearer_token(authorizations))
+        app.state.db, request_token(path, authorizations, api_keys))
     return principal
 
 
@@ -81,7 +103,9 @@ async def current_principal(
     server runs open (no keys exist). The tenant guard checks statements while it is set."""
     principal: Principal | None = request.scope.get(PRINCIPAL)  # the middleware's answer
     if principal is None:
-        principal = await authenticate(request.app, request.headers.getlist("authorization"))
+        principal = await authenticate(request.app, request.scope["path"],
+                                       request.headers.getlist("authorization"),
+                                       request.headers.getlist("x-api-key"))
     request_tenant.set(principal.tenant_id)
     try:
         yield principal

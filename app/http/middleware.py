@@ -6,8 +6,8 @@
   414 for a URI over 8 KiB, 422 for U+0000 in a query parameter, and the methods of a path
   (RFC 9110): OPTIONS (204 + Allow), HEAD as GET without the body, 405 with the full Allow,
   `Accept-Patch` on PATCH. All generated from the application's routes.
-- `BodyLimitMiddleware`: body size (413), then on `/v1` the caller's key (401/403), then the
-  body's media type (415) and JSON rules (400/422), parsed once.
+- `BodyLimitMiddleware`: body size (413), then on `/v1` and `/langgraph` the caller's key
+  (401/403), then the body's media type (415) and JSON rules (400/422), parsed once.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from app.core.errors import (
 from app.core.jsonutil import parse_checked
 from app.core.logging import request_id_var
 from app.core.metrics import Metrics
-from app.http.dependencies import PRINCIPAL, authenticate
+from app.http.dependencies import PRINCIPAL, SDK_PREFIX, authenticate
 from app.http.problems import problem_response
 from app.http.routing import PARSED_BODY
 
@@ -46,7 +46,7 @@ _BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # Checkpoint writes have their own, higher body limit (AGENTSTATE_MAX_CHECKPOINT_BODY_BYTES).
 _CHECKPOINTS = re.compile(r"^/v1/threads/[^/]+/checkpoints(/|$)")
 # POSTs that only read (a body too long for a URL): a read-only key learns its body's errors.
-_READING_POSTS = re.compile(r"^/v1/store/(items/search|namespaces)$")
+_READING_POSTS = re.compile(r"^/(v1|langgraph)/store/(items/search|namespaces)$")
 
 
 MAX_URI_BYTES = 8192
@@ -253,12 +253,12 @@ def _with_headers(send: Send, extra: list[tuple[bytes, bytes]]) -> Send:
 class BodyLimitMiddleware:
     """Enforce the body limits before any handler or database work (API.md section 1).
 
-    In this order: size, counted on the bytes received, chunked or not (413); on `/v1`, the
-    caller's key (401, and 403 for a key that may not write when the body is refused): a
-    caller without a valid key learns nothing about what its body would have done; then a
-    body needs a JSON Content-Type (415; JSON Patch is 415 on PATCH) and is parsed once with
-    the JSON rules (400 not JSON; 422 too deep, number out of range, U+0000 or a lone
-    surrogate). The parsed value goes on in the scope (`PARSED_BODY`).
+    In this order: size, counted on the bytes received, chunked or not (413); on `/v1` and
+    `/langgraph`, the caller's key (401, and 403 for a key that may not write when the body
+    is refused): a caller without a valid key learns nothing about what its body would have
+    done; then a body needs a JSON Content-Type (415; JSON Patch is 415 on PATCH) and is
+    parsed once with the JSON rules (400 not JSON; 422 too deep, number out of range, U+0000
+    or a lone surrogate). The parsed value goes on in the scope (`PARSED_BODY`).
     """
 
     def __init__(self, app: ASGIApp, max_bytes: int, max_depth: int,
@@ -275,8 +275,10 @@ class BodyLimitMiddleware:
         try:
             body = await self._read(scope, receive)
             principal = None
-            if scope["path"].startswith("/v1/"):
-                principal = await authenticate(scope["app"], _headers(scope, b"authorization"))
+            if scope["path"].startswith(("/v1/", SDK_PREFIX)):
+                principal = await authenticate(scope["app"], scope["path"],
+                                               _headers(scope, b"authorization"),
+                                               _headers(scope, b"x-api-key"))
                 scope[PRINCIPAL] = principal
             try:
                 parsed = self._check(scope, body)

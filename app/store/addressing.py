@@ -122,9 +122,11 @@ class Addressing:
             raise _invalid(f"The namespace is {len(namespace)} characters encoded; at most "
                            f"{MAX_NAMESPACE_CHARS}.", where, "too_long")
 
-    def labels(self, labels: Sequence[str], pointer: str, *, minimum: int = 1) -> list[str]:
-        """Labels sent in a body, encoded; 422 (at `pointer`) when they break a limit."""
-        where = {"pointer": pointer}
+    def labels(self, labels: Sequence[str], pointer: str, *, minimum: int = 1,
+               parameter: str | None = None) -> list[str]:
+        """Labels sent in a body, encoded; 422 (at `pointer`, or at the query `parameter`
+        they came in) when they break a limit."""
+        where = {"parameter": parameter} if parameter else {"pointer": pointer}
         if len(labels) < minimum:
             raise _invalid(f"A namespace has at least {minimum} label.", where,
                            "too_few_labels")
@@ -133,18 +135,17 @@ class Addressing:
                            "too_many_labels")
         segments = []
         for index, label in enumerate(labels):
+            at = where if parameter else {"pointer": f"{pointer}/{index}"}
             if not label:
-                raise _invalid("Namespace labels are non-empty strings.",
-                               {"pointer": f"{pointer}/{index}"}, "empty_label")
+                raise _invalid("Namespace labels are non-empty strings.", at, "empty_label")
             segment = encode_segment(label)
-            self._check_segment(segment, "label", self.max_label_chars,
-                                {"pointer": f"{pointer}/{index}"})
+            self._check_segment(segment, "label", self.max_label_chars, at)
             segments.append(segment)
         self._check_namespace("/".join(segments), where)
         return segments
 
-    def key(self, key: str, pointer: str) -> str:
-        where = {"pointer": pointer}
+    def key(self, key: str, pointer: str, *, parameter: str | None = None) -> str:
+        where = {"parameter": parameter} if parameter else {"pointer": pointer}
         if not key:
             raise _invalid("A key is a non-empty string.", where, "empty_key")
         segment = encode_segment(key)

@@ -151,3 +151,52 @@ def item_fields(row: Any) -> dict[str, Any]:
         "ttl_seconds": None if row.ttl_ms is None else row.ttl_ms / 1000,
         "index": False if row.index_fields == [] else row.index_fields,
     }
+
+
+# --- The LangGraph SDK's bodies (`langgraph_router.py`, API.md section 7b) ------------------
+
+# A label the SDK can name: its GET joins the labels with ".", so none holds one.
+DotlessLabel = Annotated[str, Field(min_length=1, pattern=r"^[^.]+$", description=(
+    "A namespace label: a non-empty string without a period."))]
+TtlMinutes = Annotated[float, Field(
+    strict=True, gt=0, le=MAX_TTL_SECONDS / 60,
+    description="Minutes the item lives after its last write (LangGraph counts minutes).")]
+
+
+class LangGraphPut(Strict):
+    namespace: list[DotlessLabel]
+    key: Annotated[str, Field(min_length=1)]
+    value: JsonObject
+    index: IndexFields | None = None
+    ttl: TtlMinutes | None = None
+
+
+class LangGraphDelete(Strict):
+    namespace: list[DotlessLabel]
+    key: Annotated[str, Field(min_length=1)]
+
+
+class LangGraphItem(BaseModel):
+    """An item as LangGraph's `Item.dict()` has it."""
+
+    namespace: list[str]
+    key: str
+    value: JsonObject
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    @classmethod
+    def of(cls, item: ItemOut) -> Self:
+        return cls.model_validate(item.model_dump(include=set(cls.model_fields)))
+
+
+class LangGraphSearchItem(LangGraphItem):
+    score: float | None = None
+
+
+class LangGraphSearchPage(BaseModel):
+    items: list[LangGraphSearchItem]
+
+
+class LangGraphNamespaces(BaseModel):
+    namespaces: list[list[str]]
