@@ -131,6 +131,12 @@ class Feed:
 
     # --- writers --------------------------------------------------------------------------
 
+    @property
+    def sequencing(self) -> bool:
+        """A sequencing pass of this process is scheduled or running (its statements are
+        still to come: a test that counts statements waits for it)."""
+        return bool(self._tasks)
+
     def written(self, tenant: str) -> None:
         """A write transaction of `tenant` committed events in this process."""
         if not self.postgres:

@@ -36,7 +36,7 @@ def scores(blob: bytes, query: Sequence[float], metric: str) -> np.ndarray:
     q = np.asarray(query, dtype=np.float64)
     m = np.frombuffer(blob, dtype="<f4").reshape(-1, len(q)).astype(np.float64)
     if metric == "inner_product":
-        return m @ q  # type: ignore[no-any-return]
+        return m @ q
     if metric == "l2":
         return -np.linalg.norm(m - q, axis=1)  # type: ignore[no-any-return]
     norms = np.linalg.norm(m, axis=1) * np.linalg.norm(q)
