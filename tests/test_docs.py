@@ -23,6 +23,17 @@ def fenced(lang: str) -> list[str]:
 VENV_ONLY = {"agentstate", "pip", "pip3", "python", "st", "alembic", "pytest", "mypy", "ruff"}
 
 
+def pasted(block: str, database_url: str, env: dict[str, str] | None = None) -> str:
+    """What a README block prints when pasted against a fresh `agentstate serve` (its
+    `localhost:8080` is that server's address); it must exit 0."""
+    with ServerProcess(database_url, env=env) as server:
+        script = block.replace("localhost:8080", f"127.0.0.1:{server.port}")
+        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
+                                text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
 def test_every_command_runs_from_the_repository_root() -> None:
     """After the first command (which makes .venv), every command the README shows, in a
     block or inline, is paste-able from the repository root: the CLI, pip and python are
@@ -52,17 +63,13 @@ def test_settings_table_lists_every_setting() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("backend_marker", ["any"])
 def test_curl_walkthrough_runs_as_pasted(database_url: str, backend_marker: str) -> None:
-    walkthrough = next(block for block in fenced("sh") if "T=demo-$RANDOM" in block)
-    with ServerProcess(database_url) as server:
-        script = walkthrough.replace("localhost:8080", f"127.0.0.1:{server.port}")
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                                text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    statuses = re.findall(r"^HTTP/1.1 (\d{3})", result.stdout, flags=re.MULTILINE)
-    assert statuses == ["201", "200", "412", "428", "200", "304"], result.stdout
-    assert '"code":"revision_mismatch","current_revision":2' in result.stdout
-    assert '"state":{"agent":"planner","step":3}' in result.stdout
-    assert '"has_more":' in result.stdout and '"team":"research"' in result.stdout
+    out = pasted(next(block for block in fenced("sh") if "T=demo-$RANDOM" in block),
+                 database_url)
+    statuses = re.findall(r"^HTTP/1.1 (\d{3})", out, flags=re.MULTILINE)
+    assert statuses == ["201", "200", "412", "428", "200", "304"], out
+    assert '"code":"revision_mismatch","current_revision":2' in out
+    assert '"state":{"agent":"planner","step":3}' in out
+    assert '"has_more":' in out and '"team":"research"' in out
 
 
 @pytest.mark.slow
@@ -73,12 +80,7 @@ def test_messages_agent_states_and_audit_examples_run_as_pasted(database_url: st
     from cryptography.fernet import Fernet
 
     key = Fernet.generate_key().decode()  # the embedded default makes its own; this URL is explicit
-    with ServerProcess(database_url, env={"AGENTSTATE_SECRET_KEYS": key}) as server:
-        script = "\n".join(blocks).replace("localhost:8080", f"127.0.0.1:{server.port}")
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                                text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+    out = pasted("\n".join(blocks), database_url, {"AGENTSTATE_SECRET_KEYS": key})
     assert re.findall(r"HTTP/1.1 (\d{3})", out) == ["201", "200"]
     assert '"seq":1' in out and '"seq":2' in out and '"thread_revision":2' in out
     assert '"source_message_ids":["m1","m2"]' in out and '"status":"compacted"' in out
@@ -107,13 +109,9 @@ def test_the_event_stream_line_streams_as_pasted(database_url: str, uid: str) ->
 
 @pytest.mark.slow
 def test_the_memory_example_runs_as_pasted(database_url: str) -> None:
-    block = next(block for block in fenced("sh") if "U=user-$RANDOM" in block)
-    with ServerProcess(database_url) as server:
-        script = block.replace("localhost:8080", f"127.0.0.1:{server.port}")
-        result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True,
-                                text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert re.findall(r"HTTP/1.1 (\d{3})", result.stdout) == ["201"]
-    found = json.loads(result.stdout.splitlines()[-1])
+    out = pasted(next(block for block in fenced("sh") if "U=user-$RANDOM" in block),
+                 database_url)
+    assert re.findall(r"HTTP/1.1 (\d{3})", out) == ["201"]
+    found = json.loads(out.splitlines()[-1])
     assert [item["key"] for item in found["data"]] == ["theme"], found  # "lang": 9 < 9.5
     assert found["data"][0]["score"] > 0 and found["data"][0]["expires_at"], found
