@@ -5,6 +5,7 @@ tombstone by every statement here, whether or not the sweeper has blanked it yet
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -54,10 +55,33 @@ _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
 
 
+def below(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
+    """Namespaces below `prefix`: a range on the (C-ordered) column, since no encoded label
+    holds `/` (0x2F) and `0` (0x30) follows it."""
+    return and_(namespace > prefix + "/", namespace < prefix + "0")
+
+
 def prefix_condition(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
-    """Namespaces equal to `prefix` or below it: a range on the (C-ordered) column, since
-    no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
-    return or_(namespace == prefix, and_(namespace > prefix + "/", namespace < prefix + "0"))
+    """Namespaces equal to `prefix` or below it."""
+    return or_(namespace == prefix, below(prefix, namespace))
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a search reads: live, unexpired items of the tenant meeting `conditions`, under
+    the namespace `prefix` (kept apart: some statements apply it their own way)."""
+
+    prefix: str | None
+    conditions: tuple[Any, ...]
+
+    @property
+    def where(self) -> list[Any]:
+        if self.prefix is None:
+            return list(self.conditions)
+        return [*self.conditions, prefix_condition(self.prefix)]
+
+    def also(self, *conditions: Any) -> Scope:
+        return Scope(self.prefix, (*self.conditions, *conditions))
 
 
 class StoreRepository(RevisionedRepository):
@@ -68,8 +92,6 @@ class StoreRepository(RevisionedRepository):
         super().__init__(connection, tenant_id)
         self.now = now
         self.postgres = dialect_name(connection) == "postgresql"
-        # The namespace prefix of the last `scope` and its condition (see `recent`).
-        self._prefix: tuple[str, ColumnElement[bool]] | None = None
 
     def _now(self) -> Any:
         return bindparam("now", self.now, type_=UTCDateTime())
@@ -132,15 +154,11 @@ class StoreRepository(RevisionedRepository):
 
     # --- search -------------------------------------------------------------------------
 
-    def scope(self, prefix: str | None, conditions: Sequence[Condition]) -> list[Any]:
-        """The WHERE of a search: live, unexpired items of the tenant under `prefix` whose
-        value meets every condition."""
-        where: list[Any] = [self._live()]
-        if prefix:
-            self._prefix = (prefix, prefix_condition(prefix))
-            where.append(self._prefix[1])
-        where.extend(self._condition(c) for c in conditions)
-        return where
+    def scope(self, prefix: str | None, conditions: Sequence[Condition]) -> Scope:
+        """A search's scope: live, unexpired items of the tenant under `prefix` whose value
+        meets every condition."""
+        return Scope(prefix or None,
+                     (self._live(), *(self._condition(c) for c in conditions)))
 
     def _condition(self, c: Condition) -> ColumnElement[bool]:
         return self._pg_condition(c) if self.postgres else self._sqlite_condition(c)
@@ -205,7 +223,7 @@ class StoreRepository(RevisionedRepository):
     def _order_recent(self) -> tuple[Any, ...]:
         return si.c.updated_at.desc(), si.c.id.desc()
 
-    async def recent(self, where: list[Any], limit: int, offset: int) -> list[AnyRow]:
+    async def recent(self, scope: Scope, limit: int, offset: int) -> list[AnyRow]:
         """Matching items, most recently updated first.
 
         On Postgres a search under a namespace prefix is the union of the namespace itself
@@ -214,25 +232,20 @@ class StoreRepository(RevisionedRepository):
         One statement over the OR of both could only walk the tenant's recency index, past
         every newer item of other namespaces (Postgres cannot know a namespace's items were
         written together: 54 ms for a 1% filter on 10,000 items behind 100,000 newer ones)."""
-        prefix = self._prefix
-        at = next((n for n, c in enumerate(where) if prefix is not None and c is prefix[1]),
-                  None)
-        if not self.postgres or prefix is None or at is None:
+        name = scope.prefix
+        if not self.postgres or name is None:
             return list((await self.connection.execute(
-                select(si).where(*where).order_by(*self._order_recent())
+                select(si).where(*scope.where).order_by(*self._order_recent())
                 .limit(limit).offset(offset))).all())
-        rest = where[:at] + where[at + 1:]
-        name = prefix[0]
-        parts = [select(si).where(*rest, condition).order_by(*self._order_recent())
+        parts = [select(si).where(*scope.conditions, condition).order_by(*self._order_recent())
                  .limit(limit + offset).subquery().select()
-                 for condition in (si.c.namespace == name,
-                                   and_(si.c.namespace > name + "/", si.c.namespace < name + "0"))]
+                 for condition in (si.c.namespace == name, below(name))]
         both = union_all(*parts).subquery()
         return list((await self.connection.execute(
             select(both).order_by(both.c.updated_at.desc(), both.c.id.desc())
             .limit(limit).offset(offset))).all())
 
-    async def lexical(self, where: list[Any], words: Sequence[str],
+    async def lexical(self, scope: Scope, words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
         """The best `limit` items matching any of `words`, with their text rank (Postgres
         ts_rank; SQLite minus FTS5's bm25): higher is better."""
@@ -240,18 +253,18 @@ class StoreRepository(RevisionedRepository):
             query = func.to_tsquery(_SIMPLE, " | ".join(f"'{word}'" for word in words))
             rank: Any = func.ts_rank(_TSVECTOR, query)
             stmt = (select(si, rank.label("score"))
-                    .where(*where, _TSVECTOR.op("@@")(query)))
+                    .where(*scope.where, _TSVECTOR.op("@@")(query)))
         else:
             rank = -func.bm25(literal_column("store_items_fts"))
             stmt = (select(si, rank.label("score"))
                     .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
-                    .where(*where, _FTS_MATCH.bindparams(
+                    .where(*scope.where, _FTS_MATCH.bindparams(
                         fts_query=" OR ".join(f'"{word}"' for word in words))))
         stmt = stmt.order_by(rank.desc(), *self._order_recent()).limit(limit)
         rows = (await self.connection.execute(stmt)).all()
         return [(row, float(row.score)) for row in rows]
 
-    async def vectors(self, where: list[Any], index: str,
+    async def vectors(self, scope: Scope, index: str,
                       dims: int) -> AsyncIterator[tuple[list[int], bytes]]:
         """The index's vectors of the matching items, a chunk at a time: (item ids, their
         embeddings end to end). One statement: a statement per chunk joined items and
@@ -261,12 +274,12 @@ class StoreRepository(RevisionedRepository):
         whole (dims * 4 bytes a candidate)."""
         joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
                                   sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
-        scope = [*where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
+        where = [*scope.where, sv.c.tenant_id == self.tenant_id, sv.c.index_name == index,
                  sv.c.dims == dims]
-        if self._prefix is not None and any(c is self._prefix[1] for c in where):
+        if scope.prefix is not None:
             # The join implies it; said of the vectors too, Postgres reads only the prefix's
             # vectors (their unique index) instead of every vector of the index in the tenant.
-            scope.append(prefix_condition(self._prefix[0], sv.c.namespace))
+            where.append(prefix_condition(scope.prefix, sv.c.namespace))
         if self.postgres:
             # Chunks by item id (ids are dense enough: at most VECTOR_CHUNK items a chunk,
             # times their fields); both aggregates read a group's rows in the same order.
@@ -274,12 +287,12 @@ class StoreRepository(RevisionedRepository):
             result = await self.connection.execute(
                 select(func.array_agg(si.c.id),
                        func.string_agg(sv.c.embedding, literal(b"", LargeBinary)))
-                .select_from(joined).where(*scope).group_by(group))
+                .select_from(joined).where(*where).group_by(group))
             for ids, blob in result:
                 yield list(ids), bytes(blob)
             return
         result = await self.connection.execute(
-            select(si.c.id, sv.c.embedding).select_from(joined).where(*scope))
+            select(si.c.id, sv.c.embedding).select_from(joined).where(*where))
         for rows in result.partitions(VECTOR_CHUNK):
             yield [row[0] for row in rows], b"".join(row[1] for row in rows)
 
@@ -290,13 +303,13 @@ class StoreRepository(RevisionedRepository):
             select(si).where(si.c.tenant_id == self.tenant_id, si.c.id.in_(list(ids))))).all()
         return {row.id: row for row in rows}
 
-    async def without_vectors(self, where: list[Any], index: str, limit: int,
+    async def without_vectors(self, scope: Scope, index: str, limit: int,
                               offset: int) -> list[AnyRow]:
         """Matching items with no vector in the index, most recently updated first."""
         has = (select(sv.c.id).where(sv.c.tenant_id == si.c.tenant_id,
                                     sv.c.namespace == si.c.namespace, sv.c.key == si.c.key,
                                     sv.c.index_name == index).exists())
-        return await self.recent([*where, ~has], limit, offset)
+        return await self.recent(scope.also(~has), limit, offset)
 
     async def refresh(self, ids: Sequence[int], ttl_ms: int, expires_at: datetime) -> None:
         """Restart the time to live of live items (no new revision: it is bookkeeping)."""

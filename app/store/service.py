@@ -22,7 +22,7 @@ from app.store import vectors
 from app.store.addressing import Addressing, item_path, labels_of
 from app.store.errors import TooManyVectors, ValueTooLarge, VectorDimsMismatch
 from app.store.filters import parse_filter
-from app.store.repository import StoreRepository
+from app.store.repository import Scope, StoreRepository
 from app.store.schemas import (
     ItemOut,
     ItemPatch,
@@ -290,7 +290,7 @@ class StoreService:
             data.append(item)
         return SearchPage(data=data, has_more=has_more)
 
-    async def _vector_search(self, body: SearchIn, where: list[Any],
+    async def _vector_search(self, body: SearchIn, where: Scope,
                              wanted: int) -> list[tuple[AnyRow, float | None]]:
         assert body.vector is not None
         query = body.vector
@@ -320,7 +320,7 @@ class StoreService:
             ranked.extend((row, None) for row in tail)
         return ranked
 
-    async def _fused(self, body: SearchIn, where: list[Any], wanted: int,
+    async def _fused(self, body: SearchIn, where: Scope, wanted: int,
                      by_vector: list[int]) -> list[tuple[AnyRow, float | None]]:
         """Reciprocal rank fusion of the text ranking and the vector ranking."""
         window = max(wanted, HYBRID_WINDOW)
