@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     store_max_vector_dims: int = Field(4096, ge=1, le=16_000)
     store_max_item_vectors: int = Field(
         64, ge=1, le=1000, description="Vectors one store item holds at most (all indexes).")
+    store_hnsw_min_vectors: int = Field(
+        20_000, ge=1, description="Where Postgres has pgvector: a vector index (per tenant) "
+                                  "of this many vectors is searched by HNSW, a smaller one "
+                                  "exactly in SQL (app/store/pgvector.py).")
 
     # The change feed (docs/events.md).
     events_max_wait_seconds: float = Field(

@@ -21,10 +21,14 @@ def include_name(name: str | None, type_: str, _parent: object) -> bool:
     """GIN expression indexes (`*_gin`) live only in migrations, on Postgres: the models
     cannot express them portably and autogenerate cannot compare them. So do SQLite's FTS5
     tables of the store (`store_items_fts` and its shadow tables), and Postgres's stored
-    tsvector of store items (`search_tsv`, a generated column SQLite has no use for)."""
+    tsvector of store items (`search_tsv`, a generated column SQLite has no use for), and
+    where pgvector exists the store's `embedding_vec` and its HNSW indexes (built when a
+    search needs one: app/store/pgvector.py)."""
     if name is not None and type_ == "table" and name.startswith("store_items_fts"):
         return False
-    if type_ == "column" and name == "search_tsv":
+    if type_ == "column" and name in ("search_tsv", "embedding_vec"):
+        return False
+    if type_ == "index" and name is not None and name.startswith("ix_store_vectors_hnsw_"):
         return False
     return not (type_ == "index" and name is not None and name.endswith("_gin"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,7 +18,7 @@ from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
-from app.store import vectors
+from app.store import pgvector, vectors
 from app.store.addressing import Addressing, item_path, labels_of
 from app.store.errors import TooManyVectors, ValueTooLarge, VectorDimsMismatch
 from app.store.filters import parse_filter
@@ -32,6 +32,7 @@ from app.store.schemas import (
     SearchIn,
     SearchItemOut,
     SearchPage,
+    VectorQuery,
 )
 from app.store.text import parse_path, query_tokens, search_text
 
@@ -302,12 +303,12 @@ class StoreService:
                 f"has {len(query.embedding)}.", errors=[
                     {"pointer": "/vector/embedding", "code": "vector_dims_mismatch",
                      "message": f"{held} dimensions expected"}])
+        n = max(wanted, HYBRID_WINDOW) if body.query is not None else wanted
         ranking = vectors.Ranking()
         if held is not None:
-            async for ids, blob in self.repo.vectors(where, query.index, held):
+            async for ids, blob in self._candidates(where, query, held, n):
                 ranking.add(ids, vectors.scores(blob, query.embedding, query.metric))
-        by_vector, best, scored = ranking.best(
-            max(wanted, HYBRID_WINDOW) if body.query is not None else wanted)
+        by_vector, best, scored = ranking.best(n)
         if body.query is not None:
             return await self._fused(body, where, wanted, by_vector)
         page_ids = by_vector[body.offset:wanted]
@@ -319,6 +320,19 @@ class StoreService:
                 where, query.index, missing, max(0, body.offset - scored))
             ranked.extend((row, None) for row in tail)
         return ranked
+
+    async def _candidates(self, where: Scope, query: VectorQuery, dims: int,
+                          n: int) -> AsyncIterator[tuple[list[int], bytes]]:
+        """The vectors to score: every candidate's, or where Postgres has pgvector only
+        those of the nearest n items, found in SQL (app/store/pgvector.py)."""
+        if await pgvector.available(self.uow.connection):
+            for chunk in await pgvector.NearestVectors(
+                    self.repo, where, query.index, dims, query.metric, query.embedding,
+                    self.settings.store_hnsw_min_vectors).nearest(n):
+                yield chunk
+            return
+        async for chunk in self.repo.vectors(where, query.index, dims):
+            yield chunk
 
     async def _fused(self, body: SearchIn, where: Scope, wanted: int,
                      by_vector: list[int]) -> list[tuple[AnyRow, float | None]]:
