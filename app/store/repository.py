@@ -4,6 +4,10 @@ tombstone by every statement here, whether or not the sweeper has blanked it yet
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,6 +16,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     ColumnElement,
+    Float,
     Integer,
     LargeBinary,
     Numeric,
@@ -35,6 +40,8 @@ from sqlalchemy import (
 )
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.types import UserDefinedType
 
 from app.core.jsonutil import dumps
 from app.db.base import AnyRow, UTCDateTime, table
@@ -53,6 +60,9 @@ _TSVECTOR = literal_column("store_items.search_tsv", TSVECTOR)
 _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
+log = logging.getLogger(__name__)
+# Per engine: whether its database has the pgvector column (app/store/pgvector.py).
+_pgvector: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
 
 def below(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
@@ -325,3 +335,126 @@ class StoreRepository(RevisionedRepository):
             where.append(prefix_condition(prefix))
         return list((await self.connection.scalars(
             select(si.c.namespace).where(*where).distinct().order_by(si.c.namespace))).all())
+
+    # --- pgvector (app/store/pgvector.py) -----------------------------------------------
+
+    async def has_pgvector(self) -> bool:
+        """Whether the database has `store_vectors.embedding_vec`: asked once per engine (a
+        server started before the migration added it searches exactly until it restarts)."""
+        if not self.postgres:
+            return False
+        key = self.connection.engine.sync_engine
+        if key not in _pgvector:
+            _pgvector[key] = bool(await self.connection.scalar(text(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
+                "AND attname = 'embedding_vec' AND NOT attisdropped")))
+        return _pgvector[key]
+
+    async def hnsw_state(self, index: str, dims: int, cap: int,
+                         hnsw: str) -> tuple[int, bool | None]:
+        """(the tenant's vectors in the index, counted up to `cap`; whether the HNSW index
+        `hnsw` is valid, None when it does not exist)."""
+        counted = select(literal(1)).where(sv.c.tenant_id == self.tenant_id,
+                                           sv.c.index_name == index, sv.c.dims == dims)
+        count, valid = (await self.connection.execute(select(
+            select(func.count()).select_from(counted.limit(cap).subquery()).scalar_subquery(),
+            select(literal_column("indisvalid")).select_from(text("pg_index"))
+            .where(literal_column("indexrelid") == func.to_regclass(hnsw))
+            .scalar_subquery()))).one()
+        return int(count), valid
+
+    async def nearest_vectors(self, scope: Scope, index: str, dims: int, operator: str,
+                              embedding: str, limit: int,
+                              ef_search: int | None) -> list[tuple[int, bytes]]:
+        """(item id, embedding) of the scope's `limit` vectors nearest to `embedding`
+        (pgvector's text form) by `operator`, nearest first. With `ef_search`, in the form
+        the HNSW index serves, with pgvector 0.8's iterative scan (strict order: filtered
+        rows do not leave the answer short); else in a form no index serves: exact."""
+        column = cast(literal_column("store_vectors.embedding_vec"), _Vector(dims))
+        query = cast(bindparam("pgvector_query", embedding), _Vector(dims))
+        distance: Any = column.op(operator, return_type=Float)(query)
+        if ef_search is None:
+            # A cosine NaN (a zero vector) is similarity 0, as numpy scores it.
+            distance = (func.coalesce(func.nullif(distance, literal(float("nan"), Float)), 1.0)
+                        if operator == "<=>" else distance + 0.0)
+        joined = si.join(sv, and_(sv.c.tenant_id == si.c.tenant_id,
+                                  sv.c.namespace == si.c.namespace, sv.c.key == si.c.key))
+        # Constants in the statement: the planner proves the partial index's predicate.
+        where = [*scope.where, sv.c.tenant_id == self.tenant_id,
+                 sv.c.index_name == bindparam(None, index, type_=sv.c.index_name.type,
+                                              literal_execute=True),
+                 sv.c.dims == bindparam(None, dims, type_=Integer, literal_execute=True)]
+        if scope.prefix is not None:
+            where.append(prefix_condition(scope.prefix, sv.c.namespace))
+        stmt = (select(si.c.id, sv.c.embedding).select_from(joined).where(*where)
+                .order_by(distance).limit(limit))
+        if ef_search is None:
+            return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
+        async with self._transaction():
+            await self.connection.execute(select(
+                func.set_config("hnsw.iterative_scan", "strict_order", True),
+                func.set_config("hnsw.ef_search", str(ef_search), True)))
+            return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[None]:
+        """Settings local to a transaction: the request's own if it has one; a read in
+        autocommit gets one of its own around the statement."""
+        sync = self.connection.sync_connection
+        if sync is None or sync.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+            yield
+            return
+        await self.connection.exec_driver_sql("BEGIN")
+        try:
+            yield
+        except BaseException:
+            await self.connection.exec_driver_sql("ROLLBACK")
+            raise
+        await self.connection.exec_driver_sql("COMMIT")
+
+
+class _Vector(UserDefinedType[Any]):
+    cache_ok = True
+
+    def __init__(self, dims: int) -> None:
+        self.dims = dims
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return f"vector({self.dims})"
+
+
+async def build_hnsw(engine: AsyncEngine, name: str, index: str, dims: int,
+                     opclass: str) -> None:
+    """Build the HNSW index `name` of (index, dims) with `opclass`, a partial expression
+    index, on a connection of its own outside the pool: no statement timeout, no transaction
+    (CONCURRENTLY cannot run in one), writes go on meanwhile. One build at a time across
+    processes (an advisory lock held by the session); an invalid index, left by a build that
+    was stopped, is dropped first (one being built holds the lock, so it is not seen)."""
+    import asyncpg  # type: ignore[import-untyped]  # no stubs
+
+    quoted = "'" + index.replace("'", "''") + "'"
+    ddl = (f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON store_vectors "
+           f"USING hnsw ((embedding_vec::vector({int(dims)})) {opclass}) "
+           f"WHERE index_name = {quoted} AND dims = {int(dims)}")
+    url = engine.url.set(drivername="postgresql")
+    try:
+        connection = await asyncpg.connect(url.render_as_string(hide_password=False))
+        try:
+            await connection.execute("SET statement_timeout = 0")
+            # Two concurrent builds on one table deadlock (each waits for the other's
+            # snapshot), and so would one waiting for a lock: they take turns, polling.
+            while not await connection.fetchval(
+                    "SELECT pg_try_advisory_lock(hashtext('agentstate.store_hnsw'))"):
+                await asyncio.sleep(1)
+            valid = await connection.fetchval(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name)
+            if valid:
+                return
+            if valid is False:
+                await connection.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            await connection.execute(ddl, timeout=None)
+            log.info("store: built HNSW index %s", name)
+        finally:
+            await connection.close()
+    except Exception:  # the search stays exact; the next one large enough tries again
+        log.exception("store: building HNSW index %s failed", name)

@@ -325,7 +325,7 @@ class StoreService:
                           n: int) -> AsyncIterator[tuple[list[int], bytes]]:
         """The vectors to score: every candidate's, or where Postgres has pgvector only
         those of the nearest n items, found in SQL (app/store/pgvector.py)."""
-        if await pgvector.available(self.uow.connection):
+        if await self.repo.has_pgvector():
             for chunk in await pgvector.NearestVectors(
                     self.repo, where, query.index, dims, query.metric, query.embedding,
                     self.settings.store_hnsw_min_vectors).nearest(n):
