@@ -293,3 +293,56 @@ async def test_a_small_index_is_searched_exactly_without_hnsw(pgvector_url: str,
                 sorted(s.tolist(), reverse=True), rel=1e-12)
     await asyncio.sleep(0.5)  # a build, had one started, would show in pg_index by now
     assert set(await hnsw_indexes(pgvector_url)) == before
+
+
+async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
+        pgvector_url: str, loaded: dict[str, str]) -> None:
+    """With pgvector and HNSW indexes present, `alembic check` finds nothing (the column and
+    its indexes are the migration's and the server's); on a fresh database the revision
+    goes down (column, indexes and function gone) and up again."""
+    db = Database(Settings(database_url=pgvector_url, _env_file=None))  # type: ignore[call-arg]
+    try:
+        assert await migrate.schema_diff(db.engine) == []
+    finally:
+        await db.dispose()
+    async with sql(pgvector_url) as connection:
+        await connection.execute("CREATE DATABASE agentstate_hnsw_updown")
+    url = pgvector_url.replace("/agentstate_hnsw?", "/agentstate_hnsw_updown?")
+    db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]
+    column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
+              "AND attname = 'embedding_vec' AND NOT attisdropped")
+    try:
+        await migrate.upgrade(db.engine)
+        async with db.engine.connect() as connection:
+            assert (await connection.exec_driver_sql(column)).scalar() == 1
+        await migrate.downgrade(db.engine, "d41c8e2f7a16")
+        async with db.engine.connect() as connection:
+            assert (await connection.exec_driver_sql(column)).scalar() == 0
+            assert (await connection.exec_driver_sql(
+                "SELECT to_regprocedure('agentstate_f32_vector(bytea)')")).scalar() is None
+        await migrate.upgrade(db.engine)
+        assert await migrate.schema_diff(db.engine) == []
+    finally:
+        await db.dispose()
+
+
+async def test_embedding_vec_is_the_float32_bytes_exactly(pgvector_url: str,
+                                                          loaded: dict[str, str]) -> None:
+    """The generated column decodes every float32 exactly: zeros of both signs, subnormals,
+    the largest magnitudes, and the loaded vectors."""
+    special = [0.0, -0.0, 1e-45, -1e-40, 3.4e38, -3.4e38, 1.5, -2.75e-30]
+    async with served(pgvector_url) as client:
+        put = await client.put("/v1/store/items/edge/k", headers=bearer(loaded["main"]),
+                               json={"value": {}, "vectors": {"edge": {"f": special}}})
+        assert put.status_code == 201, put.text
+    async with sql(pgvector_url) as connection:
+        rows = await connection.fetch(
+            "SELECT embedding, embedding_vec::text AS vec FROM store_vectors "
+            "WHERE index_name IN ('edge', 'e16') ORDER BY index_name DESC LIMIT 300")
+    assert len(rows) == 300
+    for row in rows:
+        decoded = np.array([float(x) for x in row["vec"].strip("[]").split(",")], "<f4")
+        stored = np.frombuffer(row["embedding"], "<f4")
+        assert decoded.tobytes() == stored.tobytes(), row["vec"]
+    assert np.frombuffer(rows[0]["embedding"], "<f4").tolist() == \
+        np.asarray(special, "<f4").tolist()

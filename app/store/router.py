@@ -122,7 +122,8 @@ async def delete_store_item(address: Address, uow: Writer, settings: SettingsDep
 async def search_store_items(body: SearchIn, uow: RefreshingReader,
                              settings: SettingsDep) -> SearchPage:
     """Without `query` or `vector`: the matching items, most recently updated first. With
-    `query`: full-text relevance; with `vector`: similarity to it (exact); with both:
+    `query`: full-text relevance; with `vector`: similarity to it (exact; approximate, by
+    HNSW, on a large index where Postgres has pgvector); with both:
     reciprocal rank fusion of the two rankings. Needs only the `read` scope."""
     return await StoreService(uow, settings).search(body)
 

@@ -10,9 +10,11 @@ A no-op on SQLite and on a Postgres without pgvector (`vector` absent from
 Where it exists, `store_vectors` gains `embedding_vec`, the float32 little-endian bytes of
 `embedding` as a `vector`, a stored generated column: every writer (the store, an import,
 a bench's SQL load) gets it without knowing pgvector, and it can never disagree with the
-bytes. `agentstate_f32_vector` decodes the bytes in SQL (sign, exponent and mantissa of each
-component: exact, since float32 components in double precision are); the store's writes
-refuse infinities and NaN, so none is decoded. No HNSW index is created here: they are per
+bytes. `agentstate_f32_vector` decodes the bytes in PL/pgSQL (sign, exponent and mantissa of
+each component: exact, subnormals included, since a float32 is exact in double precision);
+the store's writes refuse infinities and NaN, so none is decoded. It costs about 1 us a
+component on this machine (0.1 ms a 128-d vector, 1.9 ms a 1,536-d one), on every write of a
+vector; PL/pgSQL with a preallocated array was 2-3x faster than one SQL statement. No HNSW index is created here: they are per
 index name, dimension and metric, built when a search needs one (app/store/pgvector.py).
 """
 
@@ -30,18 +32,25 @@ depends_on: str | Sequence[str] | None = None
 
 DECODE = """
 CREATE OR REPLACE FUNCTION agentstate_f32_vector(b bytea) RETURNS vector
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-  SELECT array_agg(
-    (CASE WHEN s = 1 THEN -1.0::float8 ELSE 1.0::float8 END)
-    * (CASE WHEN e = 0 THEN m::float8 * power(2::float8, -149)
-            ELSE (1.0::float8 + m::float8 / 8388608.0::float8) * power(2::float8, e - 127)
-       END) ORDER BY i)::real[]::vector
-  FROM (SELECT i,
-               get_byte(b, 4 * i + 3) >> 7 AS s,
-               ((get_byte(b, 4 * i + 3) & 127) << 1) | (get_byte(b, 4 * i + 2) >> 7) AS e,
-               ((get_byte(b, 4 * i + 2) & 127) << 16) | (get_byte(b, 4 * i + 1) << 8)
-                 | get_byte(b, 4 * i) AS m
-        FROM generate_series(0, length(b) / 4 - 1) AS i) AS components
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+  n int := length(b) / 4;
+  components real[] := array_fill(0::real, ARRAY[n]);
+  hi int;
+  e int;
+  m int;
+BEGIN
+  FOR i IN 0 .. n - 1 LOOP
+    hi := get_byte(b, 4 * i + 3);
+    e := ((hi & 127) << 1) | (get_byte(b, 4 * i + 2) >> 7);
+    m := ((get_byte(b, 4 * i + 2) & 127) << 16) | (get_byte(b, 4 * i + 1) << 8)
+         | get_byte(b, 4 * i);
+    components[i + 1] := (CASE WHEN hi >= 128 THEN -1 ELSE 1 END)
+      * (CASE WHEN e = 0 THEN m * 2.0::float8 ^ -149
+              ELSE (8388608 + m) * 2.0::float8 ^ (e - 150) END);
+  END LOOP;
+  RETURN components::vector;
+END
 $$
 """
 
