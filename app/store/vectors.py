@@ -1,9 +1,10 @@
 """Exact vector scoring: the embeddings of a search's candidates against its query vector.
 
 Embeddings are stored as float32 little-endian bytes on every backend; numpy scores a chunk
-of them in one matrix product, and `Ranking` keeps the best items. There is no approximate
-index (pgvector's HNSW) yet: docs/PERFORMANCE.md says what the exact search costs per size.
-Scores are higher-is-better: cosine similarity, the inner product, or minus the Euclidean
+of them in one matrix product, and `Ranking` keeps the best items. Where Postgres has
+pgvector, SQL finds the nearest vectors first (exact, or HNSW on a large index:
+app/store/pgvector.py) and only theirs are scored here, so every backend answers the same
+scores. Scores are higher-is-better: cosine similarity, the inner product, or minus the Euclidean
 distance.
 """
 
