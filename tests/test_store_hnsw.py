@@ -139,10 +139,15 @@ async def until(what: str, check: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def loaded(pgvector_url: str) -> dict[str, str]:
-    """The items, in namespaces h/a and h/b (by parity), `group` i % 4; two tenants' keys;
-    every HNSW index built. Answers the tokens."""
-    tokens = {tenant: create_key(pgvector_url, tenant) for tenant in ("main", "other")}
+def tokens(pgvector_url: str) -> dict[str, str]:
+    """Two tenants' API keys."""
+    return {tenant: create_key(pgvector_url, tenant) for tenant in ("main", "other")}
+
+
+@pytest.fixture(scope="module")
+def loaded(pgvector_url: str, tokens: dict[str, str]) -> dict[str, str]:
+    """The items, in namespaces h/a and h/b (by parity), `group` i % 4; every HNSW index
+    built. Answers the tokens. (One test uses it: under xdist a second would load again.)"""
 
     async def load() -> None:
         vectors = {index: data(index) for index in DIMS}
@@ -172,10 +177,11 @@ def loaded(pgvector_url: str) -> dict[str, str]:
     return tokens
 
 
-async def test_hnsw_answers_agree_with_the_exact_ranking(pgvector_url: str,
-                                                         loaded: dict[str, str]) -> None:
+async def test_hnsw_agrees_with_the_exact_ranking_and_every_rule_holds(
+        pgvector_url: str, loaded: dict[str, str]) -> None:
     """recall@10 >= 0.9 over 10 queries per (index, metric), the scores the exact path's
-    values, and every HNSW index scanned (its `idx_scan` grows)."""
+    values, and every HNSW index scanned (its `idx_scan` grows); then filters, prefixes,
+    pages, tombstones, time to live, hybrid search and tenants (`rules_hold`)."""
     before = await hnsw_indexes(pgvector_url)
     rng = np.random.default_rng(42)
     async with served(pgvector_url) as client:
@@ -207,10 +213,11 @@ async def test_hnsw_answers_agree_with_the_exact_ranking(pgvector_url: str,
         after = await hnsw_indexes(pgvector_url)
         return all(after[name][1] > before[name][1] for name in before)
     await until("every HNSW index has been scanned", scanned)
+    await rules_hold(pgvector_url, loaded)
 
 
-async def test_filters_prefix_tombstones_ttl_tenants_and_pages_hold(
-        pgvector_url: str, loaded: dict[str, str]) -> None:
+async def rules_hold(pgvector_url: str, loaded: dict[str, str]) -> None:
+    """What the exact search guarantees, on the HNSW index (deletes items: last)."""
     main, other = loaded["main"], loaded["other"]
     q = np.random.default_rng(7).standard_normal(16).astype(np.float32)
     vector = {"index": "e16", "embedding": q.tolist(), "metric": "cosine"}
@@ -271,11 +278,11 @@ async def test_filters_prefix_tombstones_ttl_tenants_and_pages_hold(
 
 
 async def test_a_small_index_is_searched_exactly_without_hnsw(pgvector_url: str,
-                                                             loaded: dict[str, str]) -> None:
+                                                             tokens: dict[str, str]) -> None:
     """Under the threshold: no HNSW index is built, and the answer is the exact ranking."""
     rng = np.random.default_rng(11)
     small = rng.standard_normal((50, 4)).astype(np.float32)
-    token = loaded["main"]
+    token = tokens["main"]
     name = f"small-{uuid.uuid4().hex[:6]}"
     before = set(await hnsw_indexes(pgvector_url))
     async with served(pgvector_url) as client:
@@ -296,10 +303,22 @@ async def test_a_small_index_is_searched_exactly_without_hnsw(pgvector_url: str,
 
 
 async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
-        pgvector_url: str, loaded: dict[str, str]) -> None:
-    """With pgvector and HNSW indexes present, `alembic check` finds nothing (the column and
+        pgvector_url: str, tokens: dict[str, str]) -> None:
+    """With pgvector and an HNSW index present, `alembic check` finds nothing (the column and
     its indexes are the migration's and the server's); on a fresh database the revision
     goes down (column, indexes and function gone) and up again."""
+    rng = np.random.default_rng(13)
+    async with served(pgvector_url, threshold=10) as client:
+        for i in range(12):
+            put = await client.put(f"/v1/store/items/mig/k{i}", headers=bearer(tokens["main"]),
+                                   json={"value": {}, "vectors": {"mig": {
+                                       "f": rng.standard_normal(4).tolist()}}})
+            assert put.status_code == 201, put.text
+        await search(client, tokens["main"], vector={"index": "mig", "embedding": [1, 0, 0, 0]})
+
+        async def built() -> bool:
+            return any(valid for valid, _ in (await hnsw_indexes(pgvector_url)).values())
+        await until("an HNSW index is valid", built)
     db = Database(Settings(database_url=pgvector_url, _env_file=None))  # type: ignore[call-arg]
     try:
         assert await migrate.schema_diff(db.engine) == []
@@ -327,19 +346,28 @@ async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
 
 
 async def test_embedding_vec_is_the_float32_bytes_exactly(pgvector_url: str,
-                                                          loaded: dict[str, str]) -> None:
+                                                          tokens: dict[str, str]) -> None:
     """The generated column decodes every float32 exactly: zeros of both signs, subnormals,
-    the largest magnitudes, and the loaded vectors."""
+    the largest magnitudes, and 200 random vectors."""
     special = [0.0, -0.0, 1e-45, -1e-40, 3.4e38, -3.4e38, 1.5, -2.75e-30]
+    rng = np.random.default_rng(17)
     async with served(pgvector_url) as client:
-        put = await client.put("/v1/store/items/edge/k", headers=bearer(loaded["main"]),
+        put = await client.put("/v1/store/items/edge/k", headers=bearer(tokens["main"]),
                                json={"value": {}, "vectors": {"edge": {"f": special}}})
         assert put.status_code == 201, put.text
+        operations = [{"op": "store.put", "namespace": ["edge"], "key": f"r{i}",
+                       "body": {"value": {}, "vectors": {"random": {
+                           "f": (rng.standard_normal(64) * 10.0 ** rng.integers(-30, 30))
+                           .tolist()}}}} for i in range(100)]
+        for half in (operations[:50], operations[50:]):
+            done = await client.post("/v1/batch", json={"operations": half},
+                                     headers=bearer(tokens["main"]))
+            assert done.status_code == 200, done.text
     async with sql(pgvector_url) as connection:
         rows = await connection.fetch(
             "SELECT embedding, embedding_vec::text AS vec FROM store_vectors "
-            "WHERE index_name IN ('edge', 'e16') ORDER BY index_name DESC LIMIT 300")
-    assert len(rows) == 300
+            "WHERE index_name IN ('edge', 'random') ORDER BY index_name")
+    assert len(rows) == 101
     for row in rows:
         decoded = np.array([float(x) for x in row["vec"].strip("[]").split(",")], "<f4")
         stored = np.frombuffer(row["embedding"], "<f4")

@@ -445,7 +445,7 @@ async def build_hnsw(engine: AsyncEngine, name: str, index: str, dims: int,
             # snapshot), and so would one waiting for a lock: they take turns, polling.
             while not await connection.fetchval(
                     "SELECT pg_try_advisory_lock(hashtext('agentstate.store_hnsw'))"):
-                await asyncio.sleep(1)
+                await asyncio.sleep(0.2)
             valid = await connection.fetchval(
                 "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name)
             if valid:
