@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -178,7 +179,7 @@ def loaded(pgvector_url: str, tokens: dict[str, str]) -> dict[str, str]:
 
 
 async def test_hnsw_agrees_with_the_exact_ranking_and_every_rule_holds(
-        pgvector_url: str, loaded: dict[str, str]) -> None:
+        pgvector_url: str, loaded: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
     """recall@10 >= 0.9 over 10 queries per (index, metric), the scores the exact path's
     values, and every HNSW index scanned (its `idx_scan` grows); then filters, prefixes,
     pages, tombstones, time to live, hybrid search and tenants (`rules_hold`)."""
@@ -213,10 +214,11 @@ async def test_hnsw_agrees_with_the_exact_ranking_and_every_rule_holds(
         after = await hnsw_indexes(pgvector_url)
         return all(after[name][1] > before[name][1] for name in before)
     await until("every HNSW index has been scanned", scanned)
-    await rules_hold(pgvector_url, loaded)
+    await rules_hold(pgvector_url, loaded, caplog)
 
 
-async def rules_hold(pgvector_url: str, loaded: dict[str, str]) -> None:
+async def rules_hold(pgvector_url: str, loaded: dict[str, str],
+                     caplog: pytest.LogCaptureFixture) -> None:
     """What the exact search guarantees, on the HNSW index (deletes items: last)."""
     main, other = loaded["main"], loaded["other"]
     q = np.random.default_rng(7).standard_normal(16).astype(np.float32)
@@ -240,6 +242,22 @@ async def rules_hold(pgvector_url: str, loaded: dict[str, str]) -> None:
             found = await search(client, main, limit=20, vector=vector, **body)
             assert len(found) == 20 and all(keep(n) for n in numbers(found)), body
             assert near(found, keep) >= RECALL, body
+
+        # A filter 20 items meet (1%): HNSW's first 200 candidates (ef_search) hold about
+        # two of them; the iterative scan reads on until it has the 11 a page of 10 asks
+        # (one more says whether more follow), so the page is full without the exact
+        # statement (which a short scan falls back to, and logs: as for a filter nothing
+        # meets).
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="app.store.pgvector"):
+            rare = await search(client, main, limit=10, vector=vector,
+                                filter={"group": 1, "i": {"$lt": 80}})
+            assert numbers(rare) == [i for i, _ in brute(
+                "e16", q, "cosine", lambda i: i % 4 == 1 and i < 80)][:10]
+            assert not [r.getMessage() for r in caplog.records if "short" in r.getMessage()]
+            assert await search(client, main, limit=10, vector=vector,
+                                filter={"group": 9}) == []
+            assert [r for r in caplog.records if "short" in r.getMessage()]
 
         # Pages: offset 10 continues offset 0; a deep offset too (exact past the HNSW scan).
         whole = numbers(await search(client, main, limit=30, vector=vector))

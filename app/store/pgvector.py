@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import weakref
 from typing import Any
 
@@ -48,6 +49,7 @@ OPERATORS = {"cosine": ("<=>", "vector_cosine_ops"), "inner_product": ("<#>", "v
 EF_SEARCH = 200
 MAX_EF_SEARCH = 1000
 
+log = logging.getLogger(__name__)
 # Per engine: the builds under way in this process.
 _builds: weakref.WeakKeyDictionary[Any, dict[str, asyncio.Task[None]]] = \
     weakref.WeakKeyDictionary()
@@ -83,7 +85,11 @@ class NearestVectors:
                 self.scope, self.index, self.dims, OPERATORS[self.metric][0], self.embedding,
                 limit, max(EF_SEARCH, min(limit, MAX_EF_SEARCH)) if approximate else None)
             if len(rows) < limit and approximate:
-                approximate = False  # short: the exact statement knows whether it is
+                # Short (the scan's hnsw.max_scan_tuples, or fewer candidates): the exact
+                # statement knows which.
+                log.debug("store: HNSW scan of %s short (%d of %d rows): exact", self.name,
+                          len(rows), limit)
+                approximate = False
                 continue
             if len({item for item, _ in rows}) >= n or len(rows) < limit:
                 return [([item for item, _ in rows], b"".join(blob for _, blob in rows))]
