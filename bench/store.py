@@ -224,10 +224,10 @@ async def hnsw(sizes: list[int], calls: int) -> list[dict[str, Any]]:
                     await approx.search_store([label], vector=probe, vector_index=index)
                     connection = await asyncpg.connect(plain)
                     try:  # the server builds the index; the bench waits for it
-                        while not await connection.fetchval(
-                                "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c "
-                                "ON c.oid = i.indexrelid WHERE c.relname LIKE "
-                                "'ix_store_vectors_hnsw_%'"):
+                        while await connection.fetchval(
+                                "SELECT count(*) FILTER (WHERE i.indisvalid) FROM pg_index i "
+                                "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname LIKE "
+                                "'ix_store_vectors_hnsw_%'") < sizes.index(size) + 1:
                             await asyncio.sleep(0.5)
                     finally:
                         await connection.close()
