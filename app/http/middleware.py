@@ -67,6 +67,10 @@ class RequestContextMiddleware:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        # The metrics' children by label values, looked up once: `labels()` checks and
+        # joins its arguments on every call. Bounded: routes x methods x statuses.
+        self._counted: dict[tuple[str, str, int], Any] = {}
+        self._timed: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -102,8 +106,16 @@ class RequestContextMiddleware:
             elapsed = time.perf_counter() - started
             template = route_template(scope)
             method = scope["method"]
-            self.metrics.requests.labels(method, template, str(status)).inc()
-            self.metrics.latency.labels(method, template).observe(elapsed)
+            counted = self._counted.get((method, template, status))
+            if counted is None:
+                counted = self._counted[(method, template, status)] = \
+                    self.metrics.requests.labels(method, template, str(status))
+            counted.inc()
+            timed = self._timed.get((method, template))
+            if timed is None:
+                timed = self._timed[(method, template)] = \
+                    self.metrics.latency.labels(method, template)
+            timed.observe(elapsed)
             if status == 412:
                 self.metrics.conflicts.labels(template).inc()
             access_log.info(

@@ -10,7 +10,15 @@ from app.core.schemas import AwareTimestamp, Name
 from app.http.dependencies import Reader, SettingsDep, Writer
 from app.http.pagination import Cursor, Limit, linked, linked_json
 from app.http.params import ThreadId, json_object_param
-from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
+from app.http.preconditions import (
+    NOT_MODIFIED,
+    Conditions,
+    Validator,
+    conditional,
+    conditional_json,
+    json_with_etag,
+    with_etag,
+)
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 from app.threads.aggregate import thread_path
@@ -87,7 +95,7 @@ async def get_thread(
     service = ThreadService(uow, settings)
     if include != "messages":
         thread = await service.get(thread_id)
-        return conditional(response, thread, thread.revision, validator)
+        return conditional_json(thread, thread.revision, validator, exclude_unset=True)
     thread, page = await service.get_with_messages(thread_id, messages_limit)
     unchanged = conditional(response, thread, thread.revision, validator)
     if isinstance(unchanged, Response):
@@ -97,14 +105,14 @@ async def get_thread(
 
 
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
-            summary="Create or replace a thread")
-async def put_thread(thread_id: ThreadId, body: ThreadReplace, response: Response, uow: Writer,
-                     settings: SettingsDep, pre: Conditions) -> ThreadOut:
+            response_model=ThreadOut, summary="Create or replace a thread")
+async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: Writer,
+                     settings: SettingsDep, pre: Conditions) -> Response:
     thread, created = await ThreadService(uow, settings).replace(thread_id, body, pre)
     if created:
-        response.status_code = 201
-        response.headers["Location"] = thread_path(thread_id)
-    return with_etag(response, thread, thread.revision)
+        return json_with_etag(thread, thread.revision, status_code=201,
+                              headers={"Location": thread_path(thread_id)})
+    return json_with_etag(thread, thread.revision)
 
 
 @router.patch("/{thread_id}", responses=responses(404, 410, 412, 428),

@@ -1,0 +1,226 @@
+"""Application CPU per request, in-process: the ASGI application `agentstate serve` builds
+(posture included) called directly, no server or sockets, for the get thread, state replace
+and append, against bench/minimal_app.py's bare get thread called the same way, on one
+Postgres database. A quick A/B of the application's own work between builds; bench.cpu (real
+uvicorn servers) is the measure docs/PERFORMANCE.md reports.
+
+    .venv/bin/python -m bench.cpu_inproc [--requests 400] [--rounds 10] [--profile OP] [--calls]
+
+CPU is this process's time.process_time() over the requests (Postgres runs elsewhere), four
+requests in flight at a time as bench.cpu's four connections. `--profile OP` runs OP under
+cProfile instead and prints its top functions; `--calls` counts the function calls a
+request makes (sys.setprofile), a measure the machine's load does not move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from bench.server import create_postgres_database, drop_postgres_database, migrate
+
+HOST = b"127.0.0.1:8000"
+
+
+async def call(app: Any, method: str, path: str, body: bytes | None = None,
+               headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, dict[bytes, bytes],
+                                                                         bytes]:
+    head = [(b"host", HOST), *(headers or [])]
+    if body is not None:
+        head += [(b"content-type", b"application/json"),
+                 (b"content-length", str(len(body)).encode())]
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
+             "http_version": "1.1", "method": method, "scheme": "http", "path": path,
+             "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": head, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
+             "state": {}}
+    sent = False
+    status, out_headers, chunks = 0, {}, []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body or b"", "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            out_headers.update(message.get("headers", []))
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, out_headers, b"".join(chunks)
+
+
+async def lifespan(app: Any) -> Any:
+    """Start `app`'s lifespan; returns the coroutine's queue pair to end it."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    task = asyncio.create_task(app({"type": "lifespan", "asgi": {"version": "3.0"},
+                                    "state": {}}, inbox.get, outbox.put))
+    await inbox.put({"type": "lifespan.startup"})
+    message = await outbox.get()
+    assert message["type"] == "lifespan.startup.complete", message
+
+    async def stop() -> None:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await outbox.get()
+        await task
+
+    return stop
+
+
+class Slot:
+    def __init__(self, thread: str) -> None:
+        self.thread = thread
+        self.revision = 1
+        self.counter = 0
+
+
+async def setup(app: Any, run: str, index: int) -> Slot:
+    slot = Slot(f"inproc-{run}-{index}")
+    body = json.dumps({"thread_id": slot.thread, "state": {"status": "running", "step": 0}})
+    status, _, payload = await call(app, "POST", "/v1/threads", body.encode())
+    assert status == 201, payload
+    return slot
+
+
+def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[bytes, bytes]]]:
+    slot.counter += 1
+    if op in ("get_thread", "floor"):
+        return "GET", f"/v1/threads/{slot.thread}", None, []
+    if op == "state_replace":
+        body = json.dumps({"state": {"status": "running", "step": slot.counter}}).encode()
+        return "PUT", f"/v1/threads/{slot.thread}", body, [(b"if-match",
+                                                            f'"{slot.revision}"'.encode())]
+    body = json.dumps({"role": "user", "content": f"message {slot.counter}"}).encode()
+    return "POST", f"/v1/threads/{slot.thread}/messages", body, []
+
+
+async def load(app: Any, op: str, slots: list[Slot], count: int, warm: int = 5) -> float:
+    """CPU microseconds per request over `count` requests, len(slots) in flight."""
+    expect = {"get_thread": 200, "floor": 200, "state_replace": 200, "append_1": 201}[op]
+
+    async def worker(slot: Slot, n: int) -> None:
+        for _ in range(n):
+            method, path, body, headers = request(op, slot)
+            status, out, payload = await call(app, method, path, body, headers)
+            assert status == expect, (status, payload[:300])
+            if op == "state_replace":
+                slot.revision = int(out[b"etag"].strip(b'"'))
+
+    per = count // len(slots)
+    await asyncio.gather(*(worker(slot, warm) for slot in slots))  # warm-up
+    started = time.process_time()
+    await asyncio.gather(*(worker(slot, per) for slot in slots))
+    return (time.process_time() - started) / (per * len(slots)) * 1e6
+
+
+async def calls(app: Any, op: str, slots: list[Slot], count: int = 200) -> float:
+    """Function calls per request over `count` requests (after a warm-up)."""
+    import sys
+
+    await load(app, op, slots, 40)
+    counted = 0
+
+    def profile(_frame: Any, event: str, _arg: Any) -> None:
+        nonlocal counted
+        if event in ("call", "c_call"):
+            counted += 1
+
+    sys.setprofile(profile)
+    try:
+        await load(app, op, slots, count, warm=0)
+    finally:
+        sys.setprofile(None)
+    return counted / count
+
+
+async def main_async(args: argparse.Namespace, url: str) -> None:
+    if True:
+        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        os.environ["AGENTSTATE_DATABASE_URL"] = url
+        os.environ["AGENTSTATE_AUTO_MIGRATE"] = "false"
+        os.environ["AGENTSTATE_LOG_LEVEL"] = "WARNING"
+        os.environ["AGENTSTATE_BENCH_DSN"] = dsn
+        from app.main import serve_app
+        from bench import minimal_app
+
+        ours, floor = serve_app(), minimal_app.create_app()
+        stop_ours, stop_floor = await lifespan(ours), await lifespan(floor)
+        try:
+            run = time.strftime("%H%M%S")
+            slots = [await setup(ours, run, i) for i in range(4)]
+            # state replace on threads of its own: an append moves the thread's revision.
+            own = [await setup(ours, run + "r", i) for i in range(4)]
+            ops = ["get_thread", "floor", "state_replace", "append_1"]
+            if args.calls:
+                print("Python function calls per request (calls into Python and C functions, "
+                      "counted by sys.setprofile: the interpreter's work, free of the noise "
+                      "of a shared machine):")
+                for op in ops:
+                    app = floor if op == "floor" else ours
+                    print(f"{op:14} {await calls(app, op, own if op == 'state_replace' else slots):8.0f}")
+                return
+            if args.profile:
+                import cProfile
+                import pstats
+
+                app = floor if args.profile == "floor" else ours
+                slots = own if args.profile == "state_replace" else slots
+                await load(app, args.profile, slots, 200)
+                profiler = cProfile.Profile()
+                profiler.enable()
+                await load(app, args.profile, slots, args.requests)
+                profiler.disable()
+                stats = pstats.Stats(profiler)
+                stats.sort_stats(args.sort).print_stats(args.top)
+                return
+            samples: dict[str, list[float]] = {op: [] for op in ops}
+            for _ in range(args.rounds):
+                for op in ops:
+                    app = floor if op == "floor" else ours
+                    samples[op].append(await load(
+                        app, op, own if op == "state_replace" else slots, args.requests))
+        finally:
+            await stop_ours()
+            await stop_floor()
+    # The ratio to the floor of the same round: both ran within a second of each other, so
+    # a busy neighbour slows both (the absolute figures swing 2x on a shared machine).
+    for op, values in samples.items():
+        ratios = [value / floor for value, floor in zip(values, samples["floor"])]
+        print(f"{op:14} {statistics.median(values):7.0f} us "
+              f"({min(values):.0f}-{max(values):.0f})  ratio to the floor: median "
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--profile")
+    parser.add_argument("--calls", action="store_true")
+    parser.add_argument("--sort", default="tottime")
+    parser.add_argument("--top", type=int, default=40)
+    url = create_postgres_database()
+    try:
+        migrate(url)
+        asyncio.run(main_async(parser.parse_args(), url))
+    finally:
+        drop_postgres_database(url)
+
+
+if __name__ == "__main__":
+    main()
