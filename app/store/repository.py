@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import cache
+from typing import Any, Literal
 
 from sqlalchemy import (
     Boolean,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     cast,
     column,
     delete,
+    exists,
     false,
     func,
     insert,
@@ -34,17 +36,28 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import table as sql_table
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 
 from app.core.jsonutil import dumps
+from app.db import direct
 from app.db.base import AnyRow, UTCDateTime, table
 from app.db.dialect import dialect_name
 from app.db.revisioned import Key, RevisionedRepository
+from app.events.models import Event
 from app.store.filters import Condition
 from app.store.models import StoreItem, StoreVector
 
 si = table(StoreItem)
 sv = table(StoreVector)
+ev = table(Event)
+CONTENT = ("value", "index_fields", "search_text", "ttl_ms", "expires_at")
+# What a live item must meet for a write's one statement to go ahead (else the write is
+# judged the long way, app/core/revisions.py, which says why not): nothing (`none`: only an
+# absent, deleted or expired item is written), anything (`any`), a revision outside the
+# `revisions` parameter (`not_in`: If-None-Match's tags); or, never creating, a live item
+# (`live`: If-Match: *) at a revision inside it (`in`: If-Match's tags).
+Accept = Literal["none", "any", "not_in", "live", "in"]
 _SIMPLE: Any = literal_column("'simple'::regconfig")
 # Postgres: the stored tsvector of `search_text`, GIN indexed (ix_store_items_search_tsv_gin),
 # a generated column only the migrations know (app/db/migrate.py `include_name`).
@@ -115,6 +128,30 @@ class StoreRepository(RevisionedRepository):
 
     def _gone(self) -> ColumnElement[bool]:
         return or_(super()._gone(), self._expired())
+
+    async def write(self, key: Key, content: dict[str, Any], accept: Accept,
+                    revisions: Sequence[int], event: tuple[str, str] | None) -> AnyRow | None:
+        """A PUT in one statement: the item created, revived or replaced, with a `created`
+        column; its vectors removed unless it is new (a caller adds the new ones after); on
+        Postgres with `event` (actor, resource) its `store.item.created`/`updated` audit event
+        written too. None when the item is there and does not meet `accept` (then nothing
+        was written).
+
+        `accept` "live" and "in" only replace a live item (If-Match); the others create when
+        there is none, or revive a tombstone or an expired item (a new `created_at`, the
+        revision sequence continued)."""
+        params: dict[str, Any] = {"b_tenant": self.tenant_id, "b_namespace": key[0],
+                                  "b_key": key[1], "b_now": self.now,
+                                  **{f"c_{name}": content[name] for name in CONTENT}}
+        if accept in ("in", "not_in"):
+            params["b_revisions"] = list(revisions)
+        if event is not None and self.postgres:
+            params["b_actor"], params["b_resource"] = event
+        stmt = _write_statement(self.postgres, accept, event is not None and self.postgres)
+        row: AnyRow | None = await direct.first(self.connection, stmt, params)
+        if row is not None and not self.postgres and row.revision > 1:
+            await self.delete_vectors(key[0], key[1])
+        return row
 
     # --- vectors ------------------------------------------------------------------------
 
@@ -325,3 +362,57 @@ class StoreRepository(RevisionedRepository):
             where.append(prefix_condition(prefix))
         return list((await self.connection.scalars(
             select(si.c.namespace).where(*where).distinct().order_by(si.c.namespace))).all())
+
+
+@cache
+def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
+    """`StoreRepository.write`'s statement, built once per shape (app/db/direct.py)."""
+    now = bindparam("b_now", type_=UTCDateTime())
+    address = (si.c.tenant_id == bindparam("b_tenant"),
+               si.c.namespace == bindparam("b_namespace"), si.c.key == bindparam("b_key"))
+    content = {name: bindparam(f"c_{name}", type_=si.c[name].type) for name in CONTENT}
+    gone = or_(si.c.deleted_at.is_not(None),
+               and_(si.c.expires_at.is_not(None), si.c.expires_at <= now))
+    revisions = bindparam("b_revisions", expanding=True, type_=si.c.revision.type)
+    returned = (*si.c, (si.c.created_at == now).label("created"))
+    if accept in ("live", "in"):
+        matching = si.c.revision.in_(revisions) if accept == "in" else literal(True)
+        written: Any = (update(si).where(*address, ~gone, matching)
+                        .values(revision=si.c.revision + 1, updated_at=now, **content)
+                        .returning(*returned))
+    else:
+        live = {"none": false(), "any": literal(True),
+                "not_in": si.c.revision.not_in(revisions)}[accept]
+        module: Any = postgresql if postgres else sqlite
+        proposed = module.insert(si).values(
+            tenant_id=bindparam("b_tenant"), namespace=bindparam("b_namespace"),
+            key=bindparam("b_key"), revision=1, created_at=now, updated_at=now, **content)
+        written = proposed.on_conflict_do_update(
+            index_elements=["tenant_id", "namespace", "key"],
+            set_={"revision": si.c.revision + 1, "updated_at": now, "deleted_at": None,
+                  "created_at": case((gone, now), else_=si.c.created_at),
+                  **{name: proposed.excluded[name] for name in CONTENT}},
+            where=or_(gone, live)).returning(*returned)
+    if not postgres:
+        return written
+    up = written.cte("written")
+    # An item written before has vectors of its old content (a tombstone's are gone, an
+    # expired item's may not be): they go in the same statement.
+    old_vectors = delete(sv).where(
+        sv.c.tenant_id == bindparam("b_tenant"), sv.c.namespace == bindparam("b_namespace"),
+        sv.c.key == bindparam("b_key"),
+        exists(select(up.c.id).where(up.c.revision > 1))).cte("old_vectors")
+    stmt = select(*(up.c[c.name] for c in si.c), up.c.created).add_cte(old_vectors)
+    if with_event:
+        # The audit event of app/events/repository.py `append` (seq NULL: the sequencer
+        # numbers it after the commit), written by the same statement.
+        kind = case((up.c.created, literal("store.item.created")),
+                    else_=literal("store.item.updated"))
+        event = insert(ev).from_select(
+            ["tenant_id", "actor", "type", "resource", "revision", "thread_id", "at"],
+            select(bindparam("b_tenant", type_=ev.c.tenant_id.type),
+                   bindparam("b_actor", type_=ev.c.actor.type), kind,
+                   bindparam("b_resource", type_=ev.c.resource.type), up.c.revision,
+                   literal(None, ev.c.thread_id.type), now).select_from(up)).cte("event")
+        stmt = stmt.add_cte(event)
+    return stmt
