@@ -122,12 +122,11 @@ class StoreRepository(RevisionedRepository):
 
     async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
         """The row; an expired one reads as deleted at its expiry."""
-        gone = case((and_(si.c.deleted_at.is_(None), self._expired()), si.c.expires_at),
-                    else_=si.c.deleted_at).label("deleted_at")
-        stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(self._key(key))
-        if lock and self.postgres:
-            stmt = stmt.with_for_update(key_share=True)
-        return (await self.connection.execute(stmt)).first()
+        row: AnyRow | None = await direct.first(
+            self.connection, _get_statement(lock and self.postgres),
+            {"b_tenant": self.tenant_id, "b_namespace": key[0], "b_key": key[1],
+             "b_now": self.now})
+        return row
 
     def _gone(self) -> ColumnElement[bool]:
         return or_(super()._gone(), self._expired())
@@ -442,3 +441,16 @@ def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
                    literal(None, ev.c.thread_id.type), now).select_from(up)).cte("event")
         stmt = stmt.add_cte(event)
     return stmt
+
+
+@cache
+def _get_statement(lock: bool) -> Any:
+    """`StoreRepository.get`'s statement, built once (app/db/direct.py)."""
+    now = bindparam("b_now", type_=UTCDateTime())
+    expired = and_(si.c.expires_at.is_not(None), si.c.expires_at <= now)
+    gone = case((and_(si.c.deleted_at.is_(None), expired), si.c.expires_at),
+                else_=si.c.deleted_at).label("deleted_at")
+    stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(
+        si.c.tenant_id == bindparam("b_tenant"), si.c.namespace == bindparam("b_namespace"),
+        si.c.key == bindparam("b_key"))
+    return stmt.with_for_update(key_share=True) if lock else stmt
