@@ -69,7 +69,8 @@ VECTOR_CHUNK = 4096
 # An item's columns by name, for statements over a subquery of items (working out a
 # subquery's own columns is slow in SQLAlchemy).
 _BY_NAME = tuple(literal_column(c.name, c.type) for c in si.c)
-_BY_NAME_RECENT = (literal_column("updated_at").desc(), literal_column("id").desc())
+_BY_NAME_RECENT: tuple[Any, ...] = (literal_column("updated_at").desc(),
+                                    literal_column("id").desc())
 # Lexical search ranks at most this many of the most recently updated matches
 # (`StoreRepository.lexical`).
 LEXICAL_CANDIDATES = 1000
