@@ -3,7 +3,8 @@ changes produced.
 
 Built by the request dependencies (`app/http/dependencies.py`) and passed to every service. A
 write's events are written by `app.events.repository.EventRepository.append` as the last
-statements of its transaction, just before the commit, so a failed request writes none.
+statements of its transaction, just before the commit, so a failed request writes none (a
+store item's PUT on Postgres writes its own in its statement: `recorded`).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from app.store.models import StoreItem, StoreVector
 
 si = table(StoreItem)
 sv = table(StoreVector)
-ev = table(Event)
+e = table(Event)
 CONTENT = ("value", "index_fields", "search_text", "ttl_ms", "expires_at")
 # What a live item must meet for a write's one statement to go ahead (else the write is
 # judged the long way, app/core/revisions.py, which says why not): nothing (`none`: only an
@@ -440,12 +440,12 @@ def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
         # numbers it after the commit), written by the same statement.
         kind = case((up.c.created, literal("store.item.created")),
                     else_=literal("store.item.updated"))
-        event = insert(ev).from_select(
+        event = insert(e).from_select(
             ["tenant_id", "actor", "type", "resource", "revision", "thread_id", "at"],
-            select(bindparam("b_tenant", type_=ev.c.tenant_id.type),
-                   bindparam("b_actor", type_=ev.c.actor.type), kind,
-                   bindparam("b_resource", type_=ev.c.resource.type), up.c.revision,
-                   literal(None, ev.c.thread_id.type), now).select_from(up)).cte("event")
+            select(bindparam("b_tenant", type_=e.c.tenant_id.type),
+                   bindparam("b_actor", type_=e.c.actor.type), kind,
+                   bindparam("b_resource", type_=e.c.resource.type), up.c.revision,
+                   literal(None, e.c.thread_id.type), now).select_from(up)).cte("event")
         stmt = stmt.add_cte(event)
     return stmt
 
