@@ -301,8 +301,8 @@ class StoreRepository(RevisionedRepository):
         ts_rank; SQLite minus FTS5's bm25), higher first, then the most recent: ranked among
         the `LEXICAL_CANDIDATES` (or `limit`, if more) most recently updated matches.
 
-        When no more items match, that is every match. When more do (a word in a large
-        share of the items), the older ones are not ranked: ranking every match cost 80-130
+        When no more items than that match, that is every match. When more do (a word in a
+        large share of the items), the older ones are not ranked: ranking every match cost 80-130
         ms for a word in 33,000 of 100,000 items (each fetched and ranked), the candidates
         take the recency index and stop at the last one (docs/PERFORMANCE.md). Where the
         words are rare the planner reads the text index instead."""
