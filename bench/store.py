@@ -23,12 +23,17 @@ against the exact scan.
     .venv/bin/python -m bench.store                  # 10,000 and 100,000 items
     .venv/bin/python -m bench.store --sizes 1000 --calls 20   # a quick look
     .venv/bin/python -m bench.store --sizes 10000,100000 --calls 40 --pgvector
+
+Before and after in the same run: `--baseline DIR` runs a second server from another source
+tree (e.g. `git archive main | tar -x -C /tmp/main`) on the same database, its calls
+alternating with this tree's (its own namespace in part 1, the same items in part 2).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -38,6 +43,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from agentstate_client import AsyncAgentStateClient
@@ -86,37 +92,50 @@ def memory(rng: random.Random, n: int) -> dict[str, Any]:
     return {"text": " ".join(words), "tag": f"t{n % TAGS}", "n": n}
 
 
-async def interface(base_url: str, lgst_dsn: str, calls: int) -> list[dict[str, Any]]:
-    """put, get and a filtered search through LangGraph's BaseStore, both stores."""
+BASELINE = "agentstate (baseline)"
+
+
+async def interface(base_urls: dict[str, str], lgst_dsn: str,
+                    calls: int) -> list[dict[str, Any]]:
+    """put, get and a filtered search through LangGraph's BaseStore, every store (each
+    agentstate server in its own namespace)."""
     rng = random.Random(1)
-    ours = AgentStateStore(async_client=AsyncAgentStateClient(base_url))
+    ours = {name: AgentStateStore(async_client=AsyncAgentStateClient(url))
+            for name, url in base_urls.items()}
     results: dict[str, dict[str, list[float]]] = {}
     async with AsyncPostgresStore.from_conn_string(lgst_dsn) as theirs:
         await theirs.setup()
-        stores = {"agentstate": ours, "AsyncPostgresStore": theirs}
-        namespace = ("bench", uuid.uuid4().hex[:8])
+        stores: dict[str, Any] = {**ours, "AsyncPostgresStore": theirs}
+        run = uuid.uuid4().hex[:8]
+        spaces = {name: ("bench", run, str(i)) for i, name in enumerate(stores)}
         for name, store in stores.items():  # warm both: connections, statement caches
             for n in range(20):
-                await store.aput(namespace, f"warm{n}", memory(rng, n))
+                await store.aput(spaces[name], f"warm{n}", memory(rng, n))
         for n in range(calls):
             value = memory(rng, n)
             for name, store in stores.items():
+                namespace = spaces[name]
                 samples = results.setdefault(name, {"put": [], "get": [], "search": []})
                 key = f"k{n}"
                 samples["put"].append(await timed(
-                    lambda s=store, k=key, v=value: s.aput(namespace, k, v)))
-                samples["get"].append(await timed(lambda s=store, k=key: s.aget(namespace, k)))
-                samples["search"].append(await timed(lambda s=store, v=value: s.asearch(
-                    namespace, filter={"tag": v["tag"]}, limit=10)))
+                    lambda s=store, k=key, v=value, ns=namespace: s.aput(ns, k, v)))
+                samples["get"].append(await timed(
+                    lambda s=store, k=key, ns=namespace: s.aget(ns, k)))
+                samples["search"].append(await timed(lambda s=store, v=value, ns=namespace:
+                                                     s.asearch(ns, filter={"tag": v["tag"]},
+                                                               limit=10)))
     out = []
     for op in ("put", "get", "search"):
-        mine = statistics.median(results["agentstate"][op])
         theirs_ = statistics.median(results["AsyncPostgresStore"][op])
-        out.append({"op": op, "agentstate_p50": mine, "agentstate_p99": pct(
-            results["agentstate"][op], 0.99), "AsyncPostgresStore_p50": theirs_,
-            "AsyncPostgresStore_p99": pct(results["AsyncPostgresStore"][op], 0.99),
-            "ratio": mine / theirs_})
-    await ours.aclose()
+        for name in ours:
+            mine = statistics.median(results[name][op])
+            out.append({"op": op, "store": name, "agentstate_p50": mine,
+                        "agentstate_p99": pct(results[name][op], 0.99),
+                        "AsyncPostgresStore_p50": theirs_,
+                        "AsyncPostgresStore_p99": pct(results["AsyncPostgresStore"][op], 0.99),
+                        "ratio": mine / theirs_})
+    for store in ours.values():
+        await store.aclose()
     return out
 
 
@@ -151,34 +170,46 @@ async def load(plain_dsn: str, namespace: str, key_prefix: str, count: int,
         await connection.close()
 
 
-async def scaling(base_url: str, plain_dsn: str, sizes: list[int],
+async def scaling(base_urls: dict[str, str], plain_dsn: str, sizes: list[int],
                   calls: int) -> list[dict[str, Any]]:
     rng = random.Random(2)
     out = []
-    async with AsyncAgentStateClient(base_url, timeout=300) as client:
+    clients = {name: AsyncAgentStateClient(url, timeout=300) for name, url in base_urls.items()}
+    try:
         for size in sizes:
             label = f"scale{size}"
             await load(plain_dsn, label, "k", size, rng)
             prefix = [label]
             vector = [rng.gauss(0, 1) for _ in range(DIMS)]
-            searches: dict[str, Callable[[], Awaitable[Any]]] = {
-                "filtered (1%, 10 results)": lambda p=prefix: client.search_store(
+            searches: dict[str, Callable[[AsyncAgentStateClient], Awaitable[Any]]] = {
+                "filtered (1%, 10 results)": lambda c, p=prefix: c.search_store(
                     p, filter={"tag": f"t{rng.randrange(TAGS)}"}, limit=10),
-                "lexical (a word in 1/3 of the items)": lambda p=prefix: client.search_store(
+                "lexical (a word in 1/3 of the items)": lambda c, p=prefix: c.search_store(
                     p, query=rng.choice(WORDS), limit=10),
-                "lexical (a word in 1% of the items)": lambda p=prefix: client.search_store(
+                "lexical (a word in 1% of the items)": lambda c, p=prefix: c.search_store(
                     p, query=f"w{rng.randrange(TAGS)}", limit=10),
-                "vector exact (cosine, 128-d)": lambda p=prefix, v=vector: client.search_store(
+                "lexical (two common words)": lambda c, p=prefix: c.search_store(
+                    p, query=" ".join(rng.sample(WORDS, 2)), limit=10),
+                "vector exact (cosine, 128-d)": lambda c, p=prefix, v=vector: c.search_store(
                     p, vector=v, vector_index="bench", limit=10),
-                "hybrid (word + vector)": lambda p=prefix, v=vector: client.search_store(
+                "hybrid (word + vector)": lambda c, p=prefix, v=vector: c.search_store(
                     p, query=rng.choice(WORDS), vector=v, vector_index="bench", limit=10),
             }
             for name, call in searches.items():
-                await call()  # warm
+                for client in clients.values():
+                    await call(client)  # warm
                 runs = calls if "vector" not in name and "hybrid" not in name \
                     else max(5, calls // 4)
-                samples = [await timed(call) for _ in range(runs)]
-                out.append({"items": size, **row(name, samples), "calls": runs})
+                samples: dict[str, list[float]] = {server: [] for server in clients}
+                for _ in range(runs):  # alternating: both see the same machine
+                    for server, client in clients.items():
+                        samples[server].append(await timed(lambda c=client, f=call: f(c)))
+                for server in clients:
+                    out.append({"items": size, "server": server, **row(name, samples[server]),
+                                "calls": runs})
+    finally:
+        for client in clients.values():
+            await client.aclose()
     return out
 
 
@@ -259,7 +290,7 @@ async def hnsw(sizes: list[int], calls: int) -> list[dict[str, Any]]:
     return out
 
 
-async def run(url: str, sizes: list[int], calls: int) -> None:
+async def run(url: str, sizes: list[int], calls: int, baseline: Path | None) -> None:
     import asyncpg
 
     plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -267,23 +298,34 @@ async def run(url: str, sizes: list[int], calls: int) -> None:
     await connection.execute("CREATE SCHEMA lgst")
     await connection.close()
     lgst_dsn = plain + "?options=-csearch_path%3Dlgst"
-    with agentstate_server(url, workers=1) as server:
-        rows = await interface(server.base_url, lgst_dsn, calls)
-        print("| op | agentstate p50 / p99 ms | AsyncPostgresStore p50 / p99 ms | ratio (p50) |")
-        print("|---|---|---|---|")
-        for r in rows:
-            print(f"| {r['op']} | {r['agentstate_p50']:.2f} / {r['agentstate_p99']:.2f} | "
-                  f"{r['AsyncPostgresStore_p50']:.2f} / {r['AsyncPostgresStore_p99']:.2f} | "
-                  f"{r['ratio']:.2f} |")
-        scaled = await scaling(server.base_url, plain, sizes, calls)
-        print("\n| items | search | p50 ms | p99 ms | calls |")
+    with contextlib.ExitStack() as stack:
+        servers = {"agentstate": stack.enter_context(agentstate_server(url, workers=1))}
+        if baseline is not None:
+            template = agentstate_server(url, workers=1)
+            command = [str(template.port) if arg == str(template.port) else arg
+                       for arg in template.command]
+            command[command.index(str(template.port))] = "{port}"
+            servers[BASELINE] = stack.enter_context(Server(
+                command, {k: v for k, v in template.env.items() if k.startswith("AGENTSTATE_")},
+                "agentstate-baseline", cwd=baseline))
+        urls = {name: server.base_url for name, server in servers.items()}
+        rows = await interface(urls, lgst_dsn, calls)
+        print("| op | server | agentstate p50 / p99 ms | AsyncPostgresStore p50 / p99 ms | "
+              "ratio (p50) |")
         print("|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['op']} | {r['store']} | {r['agentstate_p50']:.2f} / "
+                  f"{r['agentstate_p99']:.2f} | {r['AsyncPostgresStore_p50']:.2f} / "
+                  f"{r['AsyncPostgresStore_p99']:.2f} | {r['ratio']:.2f} |")
+        scaled = await scaling(urls, plain, sizes, calls)
+        print("\n| items | search | server | p50 ms | p99 ms | calls |")
+        print("|---|---|---|---|---|---|")
         for r in scaled:
             if r["p50"] is None:
-                print(f"| {r['items']} | {r['name']} | - | - | {r['note']} |")
+                print(f"| {r['items']} | {r['name']} | | - | - | {r['note']} |")
             else:
-                print(f"| {r['items']} | {r['name']} | {r['p50']:.1f} | {r['p99']:.1f} | "
-                      f"{r['calls']} |")
+                print(f"| {r['items']} | {r['name']} | {r['server']} | {r['p50']:.1f} | "
+                      f"{r['p99']:.1f} | {r['calls']} |")
 
 
 def print_hnsw(rows: list[dict[str, Any]]) -> None:
@@ -302,6 +344,8 @@ def main() -> None:
     parser.add_argument("--pgvector", action="store_true",
                         help="also part 3, on a Postgres with pgvector from the wheel")
     parser.add_argument("--only-pgvector", action="store_true", help="part 3 alone")
+    parser.add_argument("--baseline", type=Path, default=None,
+                        help="a source tree whose server is measured alongside, alternating")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.only_pgvector:
@@ -310,7 +354,7 @@ def main() -> None:
     url = create_postgres_database()
     try:
         migrate(url)
-        asyncio.run(run(url, sizes, args.calls))
+        asyncio.run(run(url, sizes, args.calls, args.baseline))
     finally:
         drop_postgres_database(url)
     if args.pgvector:

@@ -228,6 +228,31 @@ async def test_batch_runs_store_operations_all_or_nothing(client: httpx.AsyncCli
     assert bad.status_code == 422
 
 
+async def test_events_keep_the_order_of_their_writes_in_a_batch(client: httpx.AsyncClient,
+                                                                 uid: str) -> None:
+    """A store PUT writes its event in its own statement on Postgres, unless another write's
+    event is still pending: either way the feed lists them in the batch's order."""
+    start = (await client.get("/v1/events", params={"limit": 1})).json()["next_cursor"]
+    ns = ["order", uid]
+    done = await client.post("/v1/batch", json={"operations": [
+        {"op": "store.put", "namespace": ns, "key": "a", "body": {"value": {"n": 1}}},
+        {"op": "thread.put", "thread_id": f"t-{uid}", "body": {"state": {}}},
+        {"op": "store.put", "namespace": ns, "key": "b", "body": {"value": {"n": 2}}},
+        {"op": "store.put", "namespace": ns, "key": "a", "if_match": '"1"',
+         "body": {"value": {"n": 3}}},
+    ]})
+    assert done.status_code == 200, done.text
+    events = [e for prefix in (f"/v1/store/items/order/{uid}", f"/v1/threads/t-{uid}")
+              for e in (await client.get("/v1/events", params={
+                  "cursor": start, "resource_prefix": prefix})).json()["data"]]
+    ours = [(e["type"], e["resource"], e["revision"])
+            for e in sorted(events, key=lambda e: e["seq"])]
+    assert ours == [("store.item.created", item(f"order/{uid}", "a"), 1),
+                    ("thread.created", f"/v1/threads/t-{uid}", 1),
+                    ("store.item.created", item(f"order/{uid}", "b"), 1),
+                    ("store.item.updated", item(f"order/{uid}", "a"), 2)]
+
+
 # --- time to live ------------------------------------------------------------------------
 
 
@@ -260,6 +285,22 @@ async def test_expired_items_are_never_read_and_the_sweeper_removes_them(
     assert [(e["revision"], e["actor"]) for e in expired] == [(1, "retention")]
     again = await client.put(item(ns, "short"), json={"value": {}}, headers={"If-None-Match": "*"})
     assert again.status_code == 201 and again.headers["etag"] == '"2"'
+
+
+async def test_an_expired_item_written_again_keeps_none_of_its_old_vectors(
+        client: httpx.AsyncClient, uid: str) -> None:
+    ns = f"ttlv/{uid}"
+    old = (await put(client, item(ns, "k"), {"value": {"k": "v"}, "ttl_seconds": 0.05,
+                                              "vectors": {"v": {"k": [1.0, 0.0]}}})).json()
+    await wait_past(old["expires_at"])
+    # Not swept: written again as a new item (its revisions continue), without vectors.
+    again = await client.put(item(ns, "k"), json={"value": {"k": "w"}},
+                             headers={"If-None-Match": "*"})
+    assert again.status_code == 201 and again.headers["etag"] == '"2"', again.text
+    found = await search(client, namespace_prefix=["ttlv", uid],
+                         vector={"index": "v", "embedding": [1, 0]})
+    assert [(f["key"], f["score"]) for f in found] == [("k", None)], \
+        "the expired content's vector went with it"
 
 
 async def test_refresh_on_read_restarts_the_time_to_live(client: httpx.AsyncClient,

@@ -3,7 +3,8 @@ changes produced.
 
 Built by the request dependencies (`app/http/dependencies.py`) and passed to every service. A
 write's events are written by `app.events.repository.EventRepository.append` as the last
-statements of its transaction, just before the commit, so a failed request writes none.
+statements of its transaction, just before the commit, so a failed request writes none (a
+store item's PUT on Postgres writes its own in its statement: `recorded`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ class PendingEvent:
     resource: str
     revision: int | None
     thread_id: str | None
+    # Written already, by the statement of the change itself (a store item's PUT on
+    # Postgres): `append` skips it; it still tells the feed the tenant has news.
+    stored: bool = False
 
 
 @dataclass(eq=False)
@@ -37,3 +41,9 @@ class UnitOfWork:
                thread_id: str | None = None) -> None:
         """Queue one audit event: it is written in this unit's transaction, or not at all."""
         self.events.append(PendingEvent(type, resource, revision, thread_id))
+
+    def recorded(self, type: str, resource: str, *, revision: int | None) -> None:
+        """Note an audit event the change's own statement wrote (in this transaction). Only
+        when no event is pending: events keep the order of their changes."""
+        assert not any(not event.stored for event in self.events)
+        self.events.append(PendingEvent(type, resource, revision, None, stored=True))

@@ -57,7 +57,9 @@ class EventRepository:
         self.tenant_id = tenant_id
 
     async def append(self, actor: str, events: Sequence[PendingEvent]) -> None:
-        """Write a transaction's events, in order, as its last statements."""
+        """Write a transaction's events, in order, as its last statements (those the
+        change's own statement wrote already, `stored`, are not written again)."""
+        events = [event for event in events if not event.stored]
         if not events:
             return
         at = utcnow()

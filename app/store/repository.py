@@ -11,7 +11,8 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from functools import cache
+from typing import Any, Literal
 
 from sqlalchemy import (
     Boolean,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     cast,
     column,
     delete,
+    exists,
     false,
     func,
     insert,
@@ -39,19 +41,30 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import table as sql_table
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import UserDefinedType
 
 from app.core.jsonutil import dumps
+from app.db import direct
 from app.db.base import AnyRow, UTCDateTime, table
 from app.db.dialect import dialect_name
 from app.db.revisioned import Key, RevisionedRepository
+from app.events.models import Event
 from app.store.filters import Condition
 from app.store.models import StoreItem, StoreVector
 
 si = table(StoreItem)
 sv = table(StoreVector)
+e = table(Event)
+CONTENT = ("value", "index_fields", "search_text", "ttl_ms", "expires_at")
+# What a live item must meet for a write's one statement to go ahead (else the write is
+# judged the long way, app/core/revisions.py, which says why not): nothing (`none`: only an
+# absent, deleted or expired item is written), anything (`any`), a revision outside the
+# `revisions` parameter (`not_in`: If-None-Match's tags); or, never creating, a live item
+# (`live`: If-Match: *) at a revision inside it (`in`: If-Match's tags).
+Accept = Literal["none", "any", "not_in", "live", "in"]
 _SIMPLE: Any = literal_column("'simple'::regconfig")
 # Postgres: the stored tsvector of `search_text`, GIN indexed (ix_store_items_search_tsv_gin),
 # a generated column only the migrations know (app/db/migrate.py `include_name`).
@@ -63,6 +76,14 @@ VECTOR_CHUNK = 4096
 log = logging.getLogger(__name__)
 # Per engine: whether its database has the pgvector column (app/store/pgvector.py).
 _pgvector: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+# An item's columns by name, for statements over a subquery of items (working out a
+# subquery's own columns is slow in SQLAlchemy).
+_BY_NAME = tuple(literal_column(c.name, c.type) for c in si.c)
+_BY_NAME_RECENT: tuple[Any, ...] = (literal_column("updated_at").desc(),
+                                    literal_column("id").desc())
+# Lexical search ranks at most this many of the most recently updated matches
+# (`StoreRepository.lexical`).
+LEXICAL_CANDIDATES = 1000
 
 
 def below(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
@@ -116,15 +137,38 @@ class StoreRepository(RevisionedRepository):
 
     async def get(self, key: Key, *, lock: bool = False) -> AnyRow | None:
         """The row; an expired one reads as deleted at its expiry."""
-        gone = case((and_(si.c.deleted_at.is_(None), self._expired()), si.c.expires_at),
-                    else_=si.c.deleted_at).label("deleted_at")
-        stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(self._key(key))
-        if lock and self.postgres:
-            stmt = stmt.with_for_update(key_share=True)
-        return (await self.connection.execute(stmt)).first()
+        row: AnyRow | None = await direct.first(
+            self.connection, _get_statement(lock and self.postgres),
+            {"b_tenant": self.tenant_id, "b_namespace": key[0], "b_key": key[1],
+             "b_now": self.now})
+        return row
 
     def _gone(self) -> ColumnElement[bool]:
         return or_(super()._gone(), self._expired())
+
+    async def write(self, key: Key, content: dict[str, Any], accept: Accept,
+                    revisions: Sequence[int], event: tuple[str, str] | None) -> AnyRow | None:
+        """A PUT in one statement: the item created, revived or replaced, with a `created`
+        column; its vectors removed unless it is new (a caller adds the new ones after); on
+        Postgres with `event` (actor, resource) its `store.item.created`/`updated` audit event
+        written too. None when the item is there and does not meet `accept` (then nothing
+        was written).
+
+        `accept` "live" and "in" only replace a live item (If-Match); the others create when
+        there is none, or revive a tombstone or an expired item (a new `created_at`, the
+        revision sequence continued)."""
+        params: dict[str, Any] = {"b_tenant": self.tenant_id, "b_namespace": key[0],
+                                  "b_key": key[1], "b_now": self.now,
+                                  **{f"c_{name}": content[name] for name in CONTENT}}
+        if accept in ("in", "not_in"):
+            params["b_revisions"] = list(revisions)
+        if event is not None and self.postgres:
+            params["b_actor"], params["b_resource"] = event
+        stmt = _write_statement(self.postgres, accept, event is not None and self.postgres)
+        row: AnyRow | None = await direct.first(self.connection, stmt, params)
+        if row is not None and not self.postgres and row.revision > 1:
+            await self.delete_vectors(key[0], key[1])
+        return row
 
     # --- vectors ------------------------------------------------------------------------
 
@@ -175,26 +219,28 @@ class StoreRepository(RevisionedRepository):
 
     def _pg_condition(self, c: Condition) -> ColumnElement[bool]:
         doc = cast(si.c.value, JSONB)
+        operand = c.value
+        if c.op in ("$eq", "$ne") and operand is not None \
+                and not isinstance(operand, (dict, list)):
+            # Containment of the scalar at its path: served by the value's GIN index. The
+            # document is rendered into the statement: with a parameter, a prepared
+            # statement's generic plan cannot estimate it and scans every item.
+            nested: Any = operand
+            for step in reversed(c.path):
+                nested = {step: nested}
+            document = bindparam(None, dumps(nested), type_=Text, literal_execute=True)
+            contains = doc.op("@>", is_comparison=True)(cast(document, JSONB))
+            return contains if c.op == "$eq" else ~contains
         at = doc.op("#>", return_type=JSONB)(cast(literal(list(c.path), ARRAY(Text)),
                                                   ARRAY(Text)))
         kind = func.jsonb_typeof(at)
         if c.op == "object":
             return kind == "object"
-        operand = c.value
         if c.op in ("$eq", "$ne"):
             if operand is None:
                 equal = or_(at.is_(None), kind == "null")
-            elif isinstance(operand, (dict, list)):
+            else:  # an object or an array
                 equal = and_(at.is_not(None), at == cast(literal(dumps(operand)), JSONB))
-            else:
-                # Containment of the scalar at its path: served by the value's GIN index. The
-                # document is rendered into the statement: with a parameter, a prepared
-                # statement's generic plan cannot estimate it and scans every item.
-                nested: Any = operand
-                for step in reversed(c.path):
-                    nested = {step: nested}
-                document = bindparam(None, dumps(nested), type_=Text, literal_execute=True)
-                equal = doc.op("@>", is_comparison=True)(cast(document, JSONB))
             return equal if c.op == "$eq" else ~equal
         comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
         if isinstance(operand, str):
@@ -242,35 +288,58 @@ class StoreRepository(RevisionedRepository):
         One statement over the OR of both could only walk the tenant's recency index, past
         every newer item of other namespaces (Postgres cannot know a namespace's items were
         written together: 54 ms for a 1% filter on 10,000 items behind 100,000 newer ones)."""
+        return list((await self.connection.execute(
+            self._recent_select(scope, limit, offset))).all())
+
+    def _recent_select(self, scope: Scope, limit: int, offset: int = 0,
+                       extra: tuple[Any, ...] = ()) -> Any:
+        """`recent`'s statement, with `extra` columns."""
         name = scope.prefix
         if not self.postgres or name is None:
-            return list((await self.connection.execute(
-                select(si).where(*scope.where).order_by(*self._order_recent())
-                .limit(limit).offset(offset))).all())
-        parts = [select(si).where(*scope.conditions, condition).order_by(*self._order_recent())
-                 .limit(limit + offset).subquery().select()
+            return (select(si, *extra).where(*scope.where).order_by(*self._order_recent())
+                    .limit(limit).offset(offset))
+        parts = [select(si, *extra).where(*scope.conditions, condition)
+                 .order_by(*self._order_recent()).limit(limit + offset).subquery().select()
                  for condition in (si.c.namespace == name, below(name))]
-        both = union_all(*parts).subquery()
-        return list((await self.connection.execute(
-            select(both).order_by(both.c.updated_at.desc(), both.c.id.desc())
-            .limit(limit).offset(offset))).all())
+        # Ordered by name: the columns of a union's subquery cost SQLAlchemy about 1 ms of
+        # CPU to work out, on every search.
+        return union_all(*parts).order_by(*_BY_NAME_RECENT).limit(limit).offset(offset)
 
     async def lexical(self, scope: Scope, words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
         """The best `limit` items matching any of `words`, with their text rank (Postgres
-        ts_rank; SQLite minus FTS5's bm25): higher is better."""
+        ts_rank; SQLite minus FTS5's bm25), higher first, then the most recent: ranked among
+        the `LEXICAL_CANDIDATES` (or `limit`, if more) most recently updated matches.
+
+        When no more items than that match, that is every match. When more do (a word in a
+        large share of the items), the older ones are not ranked: ranking every match cost 80-130
+        ms for a word in 33,000 of 100,000 items (each fetched and ranked), the candidates
+        take the recency index and stop at the last one (docs/PERFORMANCE.md). Where the
+        words are rare the planner reads the text index instead."""
+        candidates = max(LEXICAL_CANDIDATES, limit)
         if self.postgres:
-            query = func.to_tsquery(_SIMPLE, " | ".join(f"'{word}'" for word in words))
-            rank: Any = func.ts_rank(_TSVECTOR, query)
-            stmt = (select(si, rank.label("score"))
-                    .where(*scope.where, _TSVECTOR.op("@@")(query)))
+            # Rendered into the statement (tokens are letters and digits only): with a
+            # parameter a prepared statement's generic plan cannot tell a rare word from a
+            # common one, and the choice between the two indexes is exactly that.
+            query = func.to_tsquery(_SIMPLE, bindparam(
+                None, " | ".join(f"'{word}'" for word in words), type_=Text,
+                literal_execute=True))
+            found = self._recent_select(scope.also(_TSVECTOR.op("@@")(query)), candidates,
+                                        extra=(_TSVECTOR.label("search_tsv"),)
+                                        ).subquery("candidates")
+            rank: Any = func.ts_rank(literal_column("search_tsv", TSVECTOR), query)
+            stmt = (select(*_BY_NAME, rank.label("score")).select_from(found)
+                    .order_by(rank.desc(), *_BY_NAME_RECENT).limit(limit))
         else:
+            match = _FTS_MATCH.bindparams(fts_query=" OR ".join(f'"{word}"' for word in words))
+            matching = (select(si.c.id).select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
+                        .where(*scope.where, match).order_by(*self._order_recent())
+                        .limit(candidates))
             rank = -func.bm25(literal_column("store_items_fts"))
             stmt = (select(si, rank.label("score"))
                     .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
-                    .where(*scope.where, _FTS_MATCH.bindparams(
-                        fts_query=" OR ".join(f'"{word}"' for word in words))))
-        stmt = stmt.order_by(rank.desc(), *self._order_recent()).limit(limit)
+                    .where(si.c.id.in_(matching.scalar_subquery()), match)
+                    .order_by(rank.desc(), *self._order_recent()).limit(limit))
         rows = (await self.connection.execute(stmt)).all()
         return [(row, float(row.score)) for row in rows]
 
@@ -458,3 +527,69 @@ async def build_hnsw(engine: AsyncEngine, name: str, index: str, dims: int,
             await connection.close()
     except Exception:  # the search stays exact; the next one large enough tries again
         log.exception("store: building HNSW index %s failed", name)
+
+@cache
+def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
+    """`StoreRepository.write`'s statement, built once per shape (app/db/direct.py)."""
+    now = bindparam("b_now", type_=UTCDateTime())
+    address = (si.c.tenant_id == bindparam("b_tenant"),
+               si.c.namespace == bindparam("b_namespace"), si.c.key == bindparam("b_key"))
+    content = {name: bindparam(f"c_{name}", type_=si.c[name].type) for name in CONTENT}
+    gone = or_(si.c.deleted_at.is_not(None),
+               and_(si.c.expires_at.is_not(None), si.c.expires_at <= now))
+    revisions = bindparam("b_revisions", expanding=True, type_=si.c.revision.type)
+    returned = (*si.c, (si.c.created_at == now).label("created"))
+    if accept in ("live", "in"):
+        matching = si.c.revision.in_(revisions) if accept == "in" else literal(True)
+        written: Any = (update(si).where(*address, ~gone, matching)
+                        .values(revision=si.c.revision + 1, updated_at=now, **content)
+                        .returning(*returned))
+    else:
+        live = {"none": false(), "any": literal(True),
+                "not_in": si.c.revision.not_in(revisions)}[accept]
+        module: Any = postgresql if postgres else sqlite
+        proposed = module.insert(si).values(
+            tenant_id=bindparam("b_tenant"), namespace=bindparam("b_namespace"),
+            key=bindparam("b_key"), revision=1, created_at=now, updated_at=now, **content)
+        written = proposed.on_conflict_do_update(
+            index_elements=["tenant_id", "namespace", "key"],
+            set_={"revision": si.c.revision + 1, "updated_at": now, "deleted_at": None,
+                  "created_at": case((gone, now), else_=si.c.created_at),
+                  **{name: proposed.excluded[name] for name in CONTENT}},
+            where=or_(gone, live)).returning(*returned)
+    if not postgres:
+        return written
+    up = written.cte("written")
+    # An item written before has vectors of its old content (a tombstone's are gone, an
+    # expired item's may not be): they go in the same statement.
+    old_vectors = delete(sv).where(
+        sv.c.tenant_id == bindparam("b_tenant"), sv.c.namespace == bindparam("b_namespace"),
+        sv.c.key == bindparam("b_key"),
+        exists(select(up.c.id).where(up.c.revision > 1))).cte("old_vectors")
+    stmt = select(*(up.c[c.name] for c in si.c), up.c.created).add_cte(old_vectors)
+    if with_event:
+        # The audit event of app/events/repository.py `append` (seq NULL: the sequencer
+        # numbers it after the commit), written by the same statement.
+        kind = case((up.c.created, literal("store.item.created")),
+                    else_=literal("store.item.updated"))
+        event = insert(e).from_select(
+            ["tenant_id", "actor", "type", "resource", "revision", "thread_id", "at"],
+            select(bindparam("b_tenant", type_=e.c.tenant_id.type),
+                   bindparam("b_actor", type_=e.c.actor.type), kind,
+                   bindparam("b_resource", type_=e.c.resource.type), up.c.revision,
+                   literal(None, e.c.thread_id.type), now).select_from(up)).cte("event")
+        stmt = stmt.add_cte(event)
+    return stmt
+
+
+@cache
+def _get_statement(lock: bool) -> Any:
+    """`StoreRepository.get`'s statement, built once (app/db/direct.py)."""
+    now = bindparam("b_now", type_=UTCDateTime())
+    expired = and_(si.c.expires_at.is_not(None), si.c.expires_at <= now)
+    gone = case((and_(si.c.deleted_at.is_(None), expired), si.c.expires_at),
+                else_=si.c.deleted_at).label("deleted_at")
+    stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(
+        si.c.tenant_id == bindparam("b_tenant"), si.c.namespace == bindparam("b_namespace"),
+        si.c.key == bindparam("b_key"))
+    return stmt.with_for_update(key_share=True) if lock else stmt

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from app.core.errors import NotFound
 from app.core.revisions import etag
@@ -62,6 +63,13 @@ def _addressing(settings: Settings) -> Addressing:
 Address = Annotated[tuple[str, str], Depends(_address)]
 
 
+def _json(body: BaseModel, headers: dict[str, str] | None = None) -> Response:
+    """The model rendered by pydantic once: returned as a model, FastAPI would validate it
+    against the response model again and render it through `jsonable_encoder`-like steps
+    (the declared `response_model` still documents it)."""
+    return Response(body.model_dump_json(), media_type="application/json", headers=headers)
+
+
 def _answer(written: Written, address: tuple[str, str]) -> Response:
     headers: dict[str, str] = {}
     if written.replayed:
@@ -81,9 +89,12 @@ async def get_store_item(
     validator: Validator,
     refresh_ttl: Annotated[bool, Query(
         description="Restart the item's time to live (when it has one).")] = False,
-) -> ItemOut | Response:
+) -> Response:
     item = await StoreService(uow, settings).get(*address, refresh_ttl=refresh_ttl)
-    return conditional(response, item, item.revision, validator)
+    answer = conditional(response, item, item.revision, validator)
+    if isinstance(answer, Response):
+        return answer
+    return _json(item, {"ETag": etag(item.revision)})
 
 
 @router.put(ITEM, response_model=ItemOut,
@@ -120,12 +131,12 @@ async def delete_store_item(address: Address, uow: Writer, settings: SettingsDep
              openapi_extra=READ_ONLY,
              summary="Search store items by namespace prefix, filter, text and vector")
 async def search_store_items(body: SearchIn, uow: RefreshingReader,
-                             settings: SettingsDep) -> SearchPage:
+                             settings: SettingsDep) -> Response:
     """Without `query` or `vector`: the matching items, most recently updated first. With
     `query`: full-text relevance; with `vector`: similarity to it (exact; approximate, by
     HNSW, on a large index where Postgres has pgvector); with both:
     reciprocal rank fusion of the two rankings. Needs only the `read` scope."""
-    return await StoreService(uow, settings).search(body)
+    return _json(await StoreService(uow, settings).search(body))
 
 
 @router.post("/v1/store/namespaces", response_model=NamespacePage, responses=responses(),
