@@ -31,6 +31,7 @@ from app.db import migrate
 from app.db.engine import Database
 from tests.conftest import http_client, running
 from tests.support import bearer, create_key
+from tests.test_portability import migrated
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SEARCH = "/v1/store/items/search"
@@ -77,13 +78,7 @@ def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         connection = await asyncpg.connect(host=socket, user="postgres", database="postgres")
         await connection.execute("CREATE DATABASE agentstate_hnsw")
         await connection.close()
-        url = f"postgresql+asyncpg://postgres@/agentstate_hnsw?host={socket}"
-        db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]
-        try:
-            await migrate.upgrade(db.engine)
-        finally:
-            await db.dispose()
-        return url
+        return await migrated(f"postgresql+asyncpg://postgres@/agentstate_hnsw?host={socket}")
 
     try:
         yield asyncio.run(create())
