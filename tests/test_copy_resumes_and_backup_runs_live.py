@@ -29,7 +29,7 @@ from tests.test_portability import (
 )
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-THREADS, MESSAGES = 120, 60
+THREADS, MESSAGES = 60, 60
 
 
 async def thread_count(url: str) -> int:
