@@ -97,9 +97,10 @@ async def sql(url: str) -> AsyncIterator[Any]:
 
 
 @contextlib.asynccontextmanager
-async def served(url: str, threshold: int = THRESHOLD) -> AsyncIterator[httpx.AsyncClient]:
+async def served(url: str, threshold: int = THRESHOLD,
+                 **more: Any) -> AsyncIterator[httpx.AsyncClient]:
     settings = Settings(database_url=url, auto_migrate=False,  # type: ignore[call-arg]
-                        store_hnsw_min_vectors=threshold, _env_file=None)
+                        store_hnsw_min_vectors=threshold, _env_file=None, **more)
     async with running(settings) as application, http_client(application) as client:
         yield client
 
@@ -313,6 +314,42 @@ async def test_a_small_index_is_searched_exactly_without_hnsw(pgvector_url: str,
                 sorted(s.tolist(), reverse=True), rel=1e-12)
     await asyncio.sleep(0.5)  # a build, had one started, would show in pg_index by now
     assert set(await hnsw_indexes(pgvector_url)) == before
+
+
+async def test_behind_a_transaction_pooler_the_index_is_built_on_the_direct_url_only(
+        pgvector_url: str, tokens: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """A build needs a session of its own (its advisory lock, its statement timeout): with
+    AGENTSTATE_DATABASE_POOLER=transaction and no direct URL none is started (one warning
+    naming the setting, the search exact); with AGENTSTATE_DIRECT_DATABASE_URL it is built on
+    that URL."""
+    rng = np.random.default_rng(17)
+    vectors = rng.standard_normal((12, 4)).astype(np.float32)
+    index = f"pool-{uuid.uuid4().hex[:6]}"
+    pooled = {"threshold": 10, "database_pooler": "transaction"}
+    q = rng.standard_normal(4).astype(np.float32)
+    before = set(await hnsw_indexes(pgvector_url))
+    with caplog.at_level(logging.WARNING, logger="app.store.pgvector"):
+        async with served(pgvector_url, **pooled) as client:
+            for i, v in enumerate(vectors):
+                put = await client.put(f"/v1/store/items/pool/k{i}", headers=bearer(
+                    tokens["main"]), json={"value": {}, "vectors": {index: {"f": v.tolist()}}})
+                assert put.status_code == 201, put.text
+            for _ in range(3):
+                found = await search(client, tokens["main"], limit=12, vector={
+                    "index": index, "embedding": q.tolist()})
+                s = scores(vectors, q, "cosine")
+                assert numbers(found) == [int(i) for i in np.lexsort((-np.arange(12), -s))]
+            await asyncio.sleep(0.5)  # a build, had one started, would show in pg_index
+    assert set(await hnsw_indexes(pgvector_url)) == before
+    refused = [r.getMessage() for r in caplog.records if "not built" in r.getMessage()]
+    assert len(refused) == 1 and "AGENTSTATE_DIRECT_DATABASE_URL" in refused[0], refused
+    async with served(pgvector_url, **pooled, direct_database_url=pgvector_url) as client:
+        await search(client, tokens["main"], vector={"index": index, "embedding": q.tolist()})
+
+        async def built() -> bool:
+            return any(valid for name, (valid, _) in (await hnsw_indexes(
+                pgvector_url)).items() if name not in before)
+        await until("the HNSW index is valid", built)
 
 
 async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(

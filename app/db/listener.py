@@ -8,7 +8,7 @@ meanwhile are lost: the feed then wakes every watcher to read again.
 
 A transaction pooler cannot carry a LISTEN (the session it runs in goes to the next client
 at once), so through one the listener connects to AGENTSTATE_DIRECT_DATABASE_URL, and
-without that there is no listener: the feed polls (`listen_url`).
+without that there is no listener: the feed polls (`session_url`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,10 @@ log = logging.getLogger("agentstate.feed")
 CHANNEL = "agentstate_events"
 
 
-def listen_url(settings: Settings) -> str | None:
-    """The URL to LISTEN on: the direct one when configured, else the database URL unless
-    that goes through a transaction pooler (None: poll instead)."""
+def session_url(settings: Settings) -> str | None:
+    """The URL for a connection that needs its session to itself (a LISTEN, a session's
+    advisory lock and settings): the direct one when configured, else the database URL
+    unless that goes through a transaction pooler (None: there is none)."""
     if settings.direct_database_url:
         return settings.direct_database_url
     return None if settings.pooled else settings.database_url

@@ -28,7 +28,7 @@ from typing import Any
 
 from app.core.settings import Settings
 from app.db.engine import Database
-from app.db.listener import Listener, listen_url
+from app.db.listener import Listener, session_url
 from app.events.repository import EventRepository
 
 log = logging.getLogger("agentstate.feed")
@@ -83,7 +83,7 @@ class Feed:
         The first watcher of the process opens the listener connection: a server nobody
         watches holds none."""
         if self.postgres and self.listener is None and self._poll is None:
-            url = listen_url(self.settings)
+            url = session_url(self.settings)
             if url is None:
                 self._poll = asyncio.create_task(self._polling(), name="agentstate-feed-poll")
             else:

@@ -36,9 +36,11 @@ import logging
 import weakref
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]  # no stubs
 import numpy as np
 
-from app.store.repository import Scope, StoreRepository, build_hnsw
+from app.db.listener import connect_arguments
+from app.store.repository import Scope, StoreRepository
 
 HNSW_MAX_DIMS = 2000
 # pgvector's operator and operator class for each of the API's metrics.
@@ -66,8 +68,10 @@ class NearestVectors:
     (item ids, their embeddings end to end)."""
 
     def __init__(self, repo: StoreRepository, scope: Scope, index: str, dims: int,
-                 metric: str, embedding: list[float], min_vectors: int) -> None:
+                 metric: str, embedding: list[float], min_vectors: int,
+                 build_url: str | None) -> None:
         self.repo = repo
+        self.build_url = build_url
         self.scope = scope
         self.index, self.dims, self.metric = index, dims, metric
         self.embedding = _literal(embedding)
@@ -108,13 +112,53 @@ class NearestVectors:
         return True
 
     def _build(self) -> None:
-        """Start building the index in this process, unless it is under way here."""
-        engine = self.repo.connection.engine
-        builds = _builds.setdefault(engine.sync_engine, {})
-        if self.name in builds and not builds[self.name].done():
+        """Start building the index in this process, unless it is under way here (or,
+        with no URL to build on, was refused here already)."""
+        builds = _builds.setdefault(self.repo.connection.engine.sync_engine, {})
+        if self.name in builds and (self.build_url is None or not builds[self.name].done()):
             return
-        builds[self.name] = asyncio.create_task(build_hnsw(
-            engine, self.name, self.index, self.dims, OPERATORS[self.metric][1]))
+        builds[self.name] = asyncio.create_task(
+            build_hnsw(self.build_url, self.name, self.index, self.dims,
+                       OPERATORS[self.metric][1]))
+
+
+async def build_hnsw(url: str | None, name: str, index: str, dims: int, opclass: str) -> None:
+    """Build the HNSW index `name` of (index, dims) with `opclass`, a partial expression
+    index, on a connection of its own to `url` (`session_url`: the session's advisory lock
+    and settings must hold), outside the pool: no statement timeout, no transaction
+    (CONCURRENTLY cannot run in one), writes go on meanwhile. One build at a time across
+    processes (the advisory lock); an invalid index, left by a build that was stopped, is
+    dropped first (one being built holds the lock, so it is not seen)."""
+    if url is None:
+        log.warning("store: HNSW index %s not built: AGENTSTATE_DATABASE_URL goes through a "
+                    "transaction pooler; set AGENTSTATE_DIRECT_DATABASE_URL to Postgres "
+                    "itself (vector searches stay exact meanwhile)", name)
+        return
+    quoted = "'" + index.replace("'", "''") + "'"
+    ddl = (f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON store_vectors "
+           f"USING hnsw ((embedding_vec::vector({int(dims)})) {opclass}) "
+           f"WHERE index_name = {quoted} AND dims = {int(dims)}")
+    try:
+        connection = await asyncpg.connect(**connect_arguments(url))
+        try:
+            await connection.execute("SET statement_timeout = 0")
+            # Two concurrent builds on one table deadlock (each waits for the other's
+            # snapshot), and so would one waiting for a lock: they take turns, polling.
+            while not await connection.fetchval(
+                    "SELECT pg_try_advisory_lock(hashtext('agentstate.store_hnsw'))"):
+                await asyncio.sleep(0.2)
+            valid = await connection.fetchval(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name)
+            if valid:
+                return
+            if valid is False:
+                await connection.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            await connection.execute(ddl, timeout=None)
+            log.info("store: built HNSW index %s", name)
+        finally:
+            await connection.close()
+    except Exception:  # the search stays exact; the next one large enough tries again
+        log.exception("store: building HNSW index %s failed", name)
 
 
 def _literal(embedding: list[float]) -> str:

@@ -4,7 +4,6 @@ tombstone by every statement here, whether or not the sweeper has blanked it yet
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import weakref
@@ -43,7 +42,6 @@ from sqlalchemy import (
 from sqlalchemy import table as sql_table
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.types import UserDefinedType
 
 from app.core.jsonutil import dumps
@@ -491,42 +489,6 @@ class _Vector(UserDefinedType[Any]):
     def get_col_spec(self, **_kw: Any) -> str:
         return f"vector({self.dims})"
 
-
-async def build_hnsw(engine: AsyncEngine, name: str, index: str, dims: int,
-                     opclass: str) -> None:
-    """Build the HNSW index `name` of (index, dims) with `opclass`, a partial expression
-    index, on a connection of its own outside the pool: no statement timeout, no transaction
-    (CONCURRENTLY cannot run in one), writes go on meanwhile. One build at a time across
-    processes (an advisory lock held by the session); an invalid index, left by a build that
-    was stopped, is dropped first (one being built holds the lock, so it is not seen)."""
-    import asyncpg  # type: ignore[import-untyped]  # no stubs
-
-    quoted = "'" + index.replace("'", "''") + "'"
-    ddl = (f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON store_vectors "
-           f"USING hnsw ((embedding_vec::vector({int(dims)})) {opclass}) "
-           f"WHERE index_name = {quoted} AND dims = {int(dims)}")
-    url = engine.url.set(drivername="postgresql")
-    try:
-        connection = await asyncpg.connect(url.render_as_string(hide_password=False))
-        try:
-            await connection.execute("SET statement_timeout = 0")
-            # Two concurrent builds on one table deadlock (each waits for the other's
-            # snapshot), and so would one waiting for a lock: they take turns, polling.
-            while not await connection.fetchval(
-                    "SELECT pg_try_advisory_lock(hashtext('agentstate.store_hnsw'))"):
-                await asyncio.sleep(0.2)
-            valid = await connection.fetchval(
-                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name)
-            if valid:
-                return
-            if valid is False:
-                await connection.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-            await connection.execute(ddl, timeout=None)
-            log.info("store: built HNSW index %s", name)
-        finally:
-            await connection.close()
-    except Exception:  # the search stays exact; the next one large enough tries again
-        log.exception("store: building HNSW index %s failed", name)
 
 @cache
 def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:

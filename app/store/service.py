@@ -16,6 +16,7 @@ from app.core.mergepatch import merge_patch
 from app.core.revisions import Preconditions, RevisionedResource, revision_of_tag
 from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
+from app.db.listener import session_url
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.store import pgvector, vectors
@@ -368,7 +369,8 @@ class StoreService:
         if await self.repo.has_pgvector():
             for chunk in await pgvector.NearestVectors(
                     self.repo, where, query.index, dims, query.metric, query.embedding,
-                    self.settings.store_hnsw_min_vectors).nearest(n):
+                    self.settings.store_hnsw_min_vectors,
+                    session_url(self.settings)).nearest(n):
                 yield chunk
             return
         async for chunk in self.repo.vectors(where, query.index, dims):
