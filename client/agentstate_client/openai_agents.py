@@ -25,12 +25,14 @@ whose answer was lost is sent again without an Idempotency-Key and can never be 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentstate_client._adapters import OwnsClient, send_once
 from agentstate_client._async import AsyncAgentStateClient
+from agentstate_client._core import segment
 from agentstate_client.errors import NotFound
 from agentstate_client.ids import encode_id
 
@@ -89,20 +91,30 @@ class AgentStateSession(OwnsClient):
         limit = self._limit(limit)
         if limit == 0:
             return []
-        items: list[Any] = []
         try:
             if limit is None or limit < 0:  # SQLiteSession reads a negative limit as none
-                async for message in self.client.iter_messages(self.thread_id, limit=PAGE):
-                    items.append(message.item)
-                return items
-            async for message in self.client.iter_messages(self.thread_id, order="desc",
-                                                           limit=min(limit, PAGE)):
-                items.append(message.item)
-                if len(items) == limit:
-                    break
+                return await self._read(None)
+            return (await self._read(limit))[::-1]
         except NotFound:
             return []
-        return items[::-1]
+
+    async def _read(self, limit: int | None) -> list[Any]:
+        """Every item oldest first, or the newest `limit` newest first: pages of up to
+        PAGE, each body parsed once for its `item`s only (no `Message` per item)."""
+        path = f"/v1/threads/{segment(self.thread_id)}/messages"
+        params: dict[str, Any] = {"limit": PAGE if limit is None else min(limit, PAGE)}
+        if limit is not None:
+            params["order"] = "desc"
+        items: list[Any] = []
+        while True:
+            page = json.loads(await self.client._get_body(path, params))
+            items.extend(message.get("item") for message in page["data"])
+            cursor = page.get("next_cursor")
+            if limit is not None and len(items) >= limit:
+                return items[:limit]
+            if cursor is None or not page["data"]:
+                return items
+            params["cursor"] = cursor
 
     async def add_items(self, items: Sequence[Any]) -> None:
         """Append `items` in order (nothing for an empty list)."""

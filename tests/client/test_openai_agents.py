@@ -169,6 +169,14 @@ async def test_more_than_a_batch_and_session_settings(api: AsyncAgentStateClient
     assert await ours.get_items() == many[-3:]
 
 
+async def test_more_than_a_page(api: AsyncAgentStateClient, uid: str) -> None:
+    """Reads of more items than one page (1,000) follow the cursor, in both orders."""
+    many = [{"role": "user", "content": f"n{i}"} for i in range(1205)]
+    await differential(AgentStateSession(uid, client=api), SQLiteSession(uid),
+                       [("add", many), ("get", 1100), ("get", 1000), ("get", 999),
+                        ("get", 5000)])
+
+
 class LosesBatchAnswers(httpx.AsyncBaseTransport):
     """Delivers every request; the answers to the first `lose` appends are lost on the way
     back (after the server committed them), and one further append never reaches it."""
