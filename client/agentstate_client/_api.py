@@ -354,6 +354,16 @@ class _Api:
     iter_messages = paginated(list_messages)
 
     @operation
+    def list_messages_json(self, thread_id: str, *, order: Literal["asc", "desc"] | None = None,
+                           limit: int | None = None, cursor: str | None = None) -> Op[bytes]:
+        """`list_messages`' page as the JSON the server sent, for an adapter that keeps only
+        some fields of each message (no `Message` per message)."""
+        response = yield from self._core.call(Request(
+            "GET", f"{_thread_path(thread_id)}/messages",
+            params=drop_none(order=order, limit=limit, cursor=cursor)))
+        return response.content
+
+    @operation
     def _get_body(self, path: str, params: Mapping[str, Any]) -> Op[bytes]:
         """A GET's body as sent, for the adapters that parse it straight into their
         framework's models (one pass, no intermediate dicts)."""

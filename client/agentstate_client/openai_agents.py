@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any
 
 from agentstate_client._adapters import OwnsClient, send_once
 from agentstate_client._async import AsyncAgentStateClient
-from agentstate_client._core import segment
 from agentstate_client.errors import NotFound
 from agentstate_client.ids import encode_id
 
@@ -101,20 +100,18 @@ class AgentStateSession(OwnsClient):
     async def _read(self, limit: int | None) -> list[Any]:
         """Every item oldest first, or the newest `limit` newest first: pages of up to
         PAGE, each body parsed once for its `item`s only (no `Message` per item)."""
-        path = f"/v1/threads/{segment(self.thread_id)}/messages"
-        params: dict[str, Any] = {"limit": PAGE if limit is None else min(limit, PAGE)}
-        if limit is not None:
-            params["order"] = "desc"
+        cursor: str | None = None
         items: list[Any] = []
         while True:
-            page = json.loads(await self.client._get_body(path, params))
+            page = json.loads(await self.client.list_messages_json(
+                self.thread_id, order=None if limit is None else "desc",
+                limit=PAGE if limit is None else min(limit, PAGE), cursor=cursor))
             items.extend(message.get("item") for message in page["data"])
             cursor = page.get("next_cursor")
             if limit is not None and len(items) >= limit:
                 return items[:limit]
             if cursor is None or not page["data"]:
                 return items
-            params["cursor"] = cursor
 
     async def add_items(self, items: Sequence[Any]) -> None:
         """Append `items` in order (nothing for an empty list)."""
