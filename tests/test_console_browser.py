@@ -501,11 +501,14 @@ def test_keyboard_and_narrow_screens(site: Site, open_page: Callable[..., Watche
     page.keyboard.press("Enter")
     expect(page.locator("tbody tr")).to_have_count(1)
     link = page.get_by_role("link", name=MAIN, exact=True)
+    focused = "e => e === document.activeElement"
     for _ in range(20):
         page.keyboard.press("Tab")
-        if page.evaluate("document.activeElement.textContent") == MAIN:
+        if link.evaluate(focused):
             break
+    assert link.evaluate(focused), page.evaluate("document.activeElement.outerHTML.slice(0, 200)")
     page.keyboard.press("Enter")
+    expect(page).to_have_url(re.compile(rf"#/threads/{MAIN}$"))
     page.get_by_role("heading", name=MAIN).wait_for()
     assert link.count() == 0
 
