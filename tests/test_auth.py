@@ -15,7 +15,7 @@ import time
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, or_, select, union_all, update
 
 from app.core.settings import Settings
 from app.db.tenancy import UnscopedQuery, cross_tenant, request_tenant, unscoped_tables
@@ -269,6 +269,8 @@ def test_tokens_never_reach_the_logs(secured_database_url: str, uid: str) -> Non
 # --- the tenant guard ----------------------------------------------------------------------
 
 t = Thread.__table__
+bare = select(t.c.id).cte("bare")
+scoped = select(t.c.id).where(t.c.tenant_id == "a").cte("scoped")
 
 
 @pytest.mark.parametrize("statement, unscoped", [
@@ -288,6 +290,9 @@ t = Thread.__table__
     (delete(t).where(t.c.id.in_(select(t.c.id).where(t.c.tenant_id == "a").scalar_subquery())),
      set()),
     (delete(t).where(t.c.id.in_(select(t.c.id).scalar_subquery())), {"threads"}),
+    # A CTE referenced twice is walked once, and judged as it is.
+    (union_all(select(bare), select(bare)), {"threads"}),
+    (union_all(select(scoped), select(scoped)), set()),
     (select(t).join(Event, Event.seq == t.c.id).where(Event.tenant_id == "a"), {"threads"}),
     (select(t, Event).join(Event, (Event.tenant_id == t.c.tenant_id)
                            & (Event.thread_id == t.c.thread_id)).where(t.c.tenant_id == "a"),

@@ -439,7 +439,9 @@ class CheckpointService:
         newest of `ns`) since the nearest ancestor that stores a value for it, oldest first,
         and that value (the seed; None if the walk reached the root). The checkpoint's own
         writes are not included, the seed ancestor's are (a stored value is the state
-        entering its checkpoint). LangGraph's `get_delta_channel_history`, one statement."""
+        entering its checkpoint). LangGraph's `get_delta_channel_history`, one statement.
+        A channel named twice is walked once (the answer is keyed by channel)."""
+        channels = list(dict.fromkeys(channels))
         rows = await self.repo.delta_history(thread_id, ns, checkpoint_id, channels)
         target = next((r for r in rows if r.kind == "t"), None)
         if target is None:

@@ -247,6 +247,16 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
     assert [w["checkpoint_id"] for w in body["channels"]["ch"]["writes"]] == ids[:2]
     assert body["channels"]["ch"]["seed"]["type"] and body["channels"]["ch2"] == {
         "writes": [], "seed": None}
+    # A channel named twice is walked once; 32 channels (the most) in one walk, each its own.
+    twice = await http.get(f"http://agentstate.test{base}/latest/delta-history",
+                           params={"channel": ["ch2", "ch", "ch2", "ch"]})
+    assert twice.status_code == 200 and twice.json()["channels"] == {
+        "ch2": body["channels"]["ch2"], "ch": body["channels"]["ch"]}, twice.text
+    wide = await http.get(f"http://agentstate.test{base}/latest/delta-history",
+                          params={"channel": [f"c{n}" for n in range(31)] + ["ch"]})
+    assert wide.status_code == 200, wide.text
+    assert wide.json()["channels"] == {**{f"c{n}": {"writes": [], "seed": None}
+                                          for n in range(31)}, "ch": body["channels"]["ch"]}
     missing = await http.get(f"http://agentstate.test{base}/nope/delta-history",
                              params={"channel": "ch"})
     assert missing.status_code == 404 and missing.json()["code"] == "checkpoint_not_found"
