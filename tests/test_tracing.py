@@ -166,6 +166,29 @@ async def test_a_framework_adapter_call_is_traced_through_the_client(
     assert len({s.context.trace_id for s in finished}) == 1
 
 
+async def test_an_adk_session_read_is_named_for_what_it_reads(
+        settings: Settings, spans: tuple[Any, Any], uid: str) -> None:
+    """ADK's `get_session` reads the session and its app's and user's state in one request
+    through the client's public `list_threads_json`, and its span says so."""
+    from agentstate_client.adk import AgentStateSessionService
+    from opentelemetry import trace
+
+    provider, exporter = spans
+    async with traced(settings, provider) as (_app, client):
+        service = AgentStateSessionService(client=client)
+        await service.create_session(app_name=f"app-{uid}", user_id="u", session_id="s",
+                                     state={"app:tier": "gold"})
+        exporter.clear()
+        with trace.get_tracer("test").start_as_current_span("read") as read:
+            session = await service.get_session(app_name=f"app-{uid}", user_id="u",
+                                                session_id="s")
+    assert session is not None and session.state == {"app:tier": "gold"}
+    finished = exporter.get_finished_spans()
+    calls = [s for s in finished if s.parent is not None
+             and s.parent.span_id == read.get_span_context().span_id]
+    assert [s.name for s in calls] == ["GET list_threads_json"], span_tree(finished)
+
+
 @pytest.mark.postgres_only(reason="the direct path is asyncpg's, and the statement timeout "
                                   "Postgres's")
 async def test_a_failed_direct_statement_is_an_error_span(

@@ -236,6 +236,16 @@ class _Api:
     iter_threads = paginated(list_threads)
 
     @operation
+    def list_threads_json(self, thread_ids: Sequence[str], *, include_messages: bool = False,
+                          messages_limit: int | None = None) -> Op[bytes]:
+        """`list_threads(thread_ids=...)`'s page as the JSON the server sent, for an adapter
+        that parses it straight into its framework's models (one pass, no `Thread`)."""
+        response = yield from self._core.call(Request("GET", "/v1/threads", params=drop_none(
+            thread_id=list(thread_ids), limit=len(thread_ids),
+            include="messages" if include_messages else None, messages_limit=messages_limit)))
+        return response.content
+
+    @operation
     def put_thread(self, thread_id: str, state: JsonObject, *,
                    metadata: JsonObject | None = None,
                    append_messages: Sequence[Mapping[str, Any]] | None = None,
@@ -361,13 +371,6 @@ class _Api:
         response = yield from self._core.call(Request(
             "GET", f"{_thread_path(thread_id)}/messages",
             params=drop_none(order=order, limit=limit, cursor=cursor)))
-        return response.content
-
-    @operation
-    def _get_body(self, path: str, params: Mapping[str, Any]) -> Op[bytes]:
-        """A GET's body as sent, for the adapters that parse it straight into their
-        framework's models (one pass, no intermediate dicts)."""
-        response = yield from self._core.call(Request("GET", path, params=dict(params)))
         return response.content
 
     @operation

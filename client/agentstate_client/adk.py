@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from agentstate_client._adapters import OwnsClient, send_once
-from agentstate_client._api import OVERWRITE, _thread_path, store_item_body
+from agentstate_client._api import OVERWRITE, store_item_body
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
     AlreadyExists,
@@ -299,9 +299,8 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         (the three threads, each with its first page of messages) while the session has no
         more than a page of events; each body parsed straight into ADK's events."""
         scopes = app_thread(app_name), user_thread(app_name, user_id)
-        listed = _SessionPage.model_validate_json(await self.client._get_body("/v1/threads", {
-            "thread_id": [thread_id, *scopes], "limit": 3, "include": "messages",
-            "messages_limit": PAGE}))
+        listed = _SessionPage.model_validate_json(await self.client.list_threads_json(
+            [thread_id, *scopes], include_messages=True, messages_limit=PAGE))
         found = {thread.thread_id: thread for thread in listed.data}
         stored = found.get(thread_id)
         if stored is None:
@@ -309,8 +308,8 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         events = [message.item for message in stored.messages]
         cursor = stored.messages_next_cursor
         while cursor is not None:
-            page = _EventPage.model_validate_json(await self.client._get_body(
-                f"{_thread_path(thread_id)}/messages", {"limit": PAGE, "cursor": cursor}))
+            page = _EventPage.model_validate_json(await self.client.list_messages_json(
+                thread_id, limit=PAGE, cursor=cursor))
             events.extend(message.item for message in page.data)
             cursor = page.next_cursor
         app, user = (unwrap(found[scope].state) if scope in found else {} for scope in scopes)
