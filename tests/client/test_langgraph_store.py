@@ -1,7 +1,8 @@
 """`agentstate_client.langgraph.AgentStateStore`, LangGraph's `BaseStore`, judged by
 LangGraph's own `InMemoryStore` (differential, seeded random sequences), inside a real graph,
 and against `PostgresStore` where the answers rightly differ (numeric filters). The async
-path runs on the in-process app of each backend; the blocking one on a real server."""
+path runs on the in-process app of each backend (the pgvector one too: tests/conftest.py);
+the blocking one on a real server."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from langgraph.store.memory import InMemoryStore
 
 from tests.support import ServerProcess
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.pgvector]
 DIMS = 16
 WORDS = ["tea", "coffee", "paris", "rome", "cats", "dogs", "rain", "sun", "jazz", "chess"]
 LABELS = ["users", "u/1", "ü 2", "notes", "x:y", "@home"]
