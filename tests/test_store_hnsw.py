@@ -24,13 +24,14 @@ import asyncpg  # type: ignore[import-untyped]  # no stubs
 import httpx
 import numpy as np
 import pytest
+import sqlalchemy
 from sqlalchemy import make_url
 
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
 from tests.conftest import http_client, pgvector_database, running
-from tests.support import bearer, create_key
+from tests.support import agentstate, bearer, create_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SEARCH = "/v1/store/items/search"
@@ -376,6 +377,73 @@ async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
             assert (await connection.exec_driver_sql(
                 "SELECT to_regprocedure('agentstate_f32_vector(bytea)')")).scalar() is None
         await migrate.upgrade(db.engine)
+        assert await migrate.schema_diff(db.engine) == []
+    finally:
+        await db.dispose()
+
+
+async def test_pgvector_installed_later_is_taken_up_by_migrate_and_running_servers(
+        pgvector_host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store migrated by a role that cannot create the extension (no `embedding_vec`:
+    exact search in the server); a superuser installs pgvector later; `agentstate migrate`
+    adds the column (existing vectors included) and a server that was running all along
+    finds vectors in SQL, without a restart, answering as before."""
+    from app.store import repository
+
+    # What the server waits before asking again: 60 s in production, every search here.
+    monkeypatch.setattr(repository, "PGVECTOR_RECHECK_S", 0.0)
+    name = f"late_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(host=pgvector_host, user="postgres", database="postgres")
+    try:
+        await admin.execute("DO $$ BEGIN CREATE ROLE agentstate_app LOGIN; "
+                            "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
+        await admin.execute(f'CREATE DATABASE "{name}" OWNER agentstate_app')
+    finally:
+        await admin.close()
+    url = f"postgresql+asyncpg://agentstate_app@/{name}?host={pgvector_host}"
+    first = await asyncio.to_thread(agentstate, url, "migrate")
+    assert first.returncode == 0 and "again" not in first.stderr, first.stderr
+
+    async def columns() -> int:
+        async with sql(url) as connection:
+            return int(await connection.fetchval(
+                "SELECT count(*) FROM store_vectors WHERE embedding_vec IS NOT NULL")
+                if await connection.fetchval(
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
+                    "AND attname = 'embedding_vec'") else -1)
+
+    assert await columns() == -1, "a role that cannot create the extension gets no column"
+    statements: list[str] = []
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal(4).astype(np.float32).tolist()
+    settings = Settings(database_url=url, auto_migrate=False,  # type: ignore[call-arg]
+                        _env_file=None)
+    async with running(settings) as application, http_client(application) as client:
+        sqlalchemy.event.listen(application.state.db.engine.sync_engine,
+                                "before_cursor_execute",
+                                lambda _c, _k, statement, *_: statements.append(statement))
+        for i in range(20):
+            put = await client.put(f"/v1/store/items/late/k{i}", json={
+                "value": {}, "vectors": {"v": {"f": rng.standard_normal(4).tolist()}}})
+            assert put.status_code == 201, put.text
+        body = {"namespace_prefix": ["late"], "limit": 5, "vector": {"index": "v",
+                                                                    "embedding": q}}
+        before = (await client.post(SEARCH, json=body)).json()
+        assert not any("store_vectors.embedding_vec" in s for s in statements)
+        async with sql(f"postgresql+asyncpg://postgres@/{name}?host={pgvector_host}") as su:
+            await su.execute("CREATE EXTENSION vector")
+        again = await asyncio.to_thread(agentstate, url, "migrate")
+        assert again.returncode == 0, again.stderr
+        assert "applied 3b8f0c6d2e51 again, now that the database allows it" in again.stderr
+        assert await columns() == 20, "the existing vectors are in the new column"
+        statements.clear()
+        after = (await client.post(SEARCH, json=body)).json()
+        assert any("store_vectors.embedding_vec" in s for s in statements), "found in SQL, no restart"
+        assert after == before
+    done = await asyncio.to_thread(agentstate, url, "migrate")
+    assert done.returncode == 0 and "again" not in done.stderr, done.stderr
+    db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]
+    try:
         assert await migrate.schema_diff(db.engine) == []
     finally:
         await db.dispose()

@@ -9,6 +9,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
+from alembic.operations import Operations
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -50,23 +51,44 @@ def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-def _on(connection: Connection, fn: Any, *args: Any) -> None:
+def _on(connection: Connection, fn: Any, *args: Any) -> Any:
     config = alembic_config()
     config.attributes["connection"] = connection
-    fn(config, *args)
+    return fn(config, *args)
 
 
-async def _run(engine: AsyncEngine, fn: Any, revision: str) -> None:
+async def _run(engine: AsyncEngine, fn: Any, revision: str) -> Any:
     # One transaction, begun as a write (BEGIN IMMEDIATE on SQLite), so that servers starting
     # together migrate one after the other instead of failing with "database is locked".
     async with engine.connect() as connection:
         await connection.execution_options(**{WRITE: True})
         async with connection.begin():
-            await connection.run_sync(_on, fn, revision)
+            return await connection.run_sync(_on, fn, revision)
 
 
-async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    await _run(engine, command.upgrade, revision)
+def _upgrade(config: Config, revision: str) -> list[tuple[str, str]]:
+    """`alembic upgrade`, then each applied revision that offers `upgrade_again(bind)` and
+    answers True (what it skipped for want of something the database has since gained,
+    e.g. pgvector installed after the store's migration ran) has its `upgrade()` run again,
+    in the same transaction. Those revisions (id, message), oldest first."""
+    command.upgrade(config, revision)
+    connection: Connection = config.attributes["connection"]
+    context = MigrationContext.configure(connection)
+    script = ScriptDirectory.from_config(config)
+    again = []
+    for applied in reversed(list(script.iterate_revisions(context.get_current_heads(), "base"))):
+        offered = getattr(applied.module, "upgrade_again", None)
+        if offered is not None and offered(connection):
+            with Operations.context(context):
+                applied.module.upgrade()
+            again.append((applied.revision, applied.doc))
+    return again
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> list[tuple[str, str]]:
+    """Upgrade to `revision`; the revisions applied again (`_upgrade`)."""
+    result: list[tuple[str, str]] = await _run(engine, _upgrade, revision)
+    return result
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:

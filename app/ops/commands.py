@@ -133,15 +133,16 @@ async def _keys_exist(db: Database) -> bool:
         return await ApiKeyRepository(connection).any_exist()
 
 
-async def _migrate(settings: Settings, revision: str) -> tuple[str | None, str | None]:
+async def _migrate(settings: Settings,
+                   revision: str) -> tuple[str | None, str | None, list[tuple[str, str]]]:
     from app.db import migrate
     from app.db.engine import Database
 
     db = Database(settings)
     try:
         before = await migrate.current_revision(db.engine)
-        await migrate.upgrade(db.engine, revision)
-        return before, await migrate.current_revision(db.engine)
+        again = await migrate.upgrade(db.engine, revision)
+        return before, await migrate.current_revision(db.engine), again
     finally:
         await db.dispose()
 
@@ -166,11 +167,14 @@ def migration_settings(settings: Settings) -> Settings:
 def _run_migrate(args: argparse.Namespace) -> int:
     settings = migration_settings(Settings())
     print(f"migrating {settings.redacted_database_url()} ...", file=sys.stderr, flush=True)
-    before, after = asyncio.run(_migrate(settings, args.revision))
+    before, after, again = asyncio.run(_migrate(settings, args.revision))
     if before == after:
         print(f"already at {after}", file=sys.stderr)
     else:
         print(f"migrated from {before or 'an empty database'} to {after}", file=sys.stderr)
+    for revision, message in again:
+        print(f"applied {revision} again, now that the database allows it: {message}",
+              file=sys.stderr)
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -72,8 +73,10 @@ _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
 log = logging.getLogger(__name__)
-# Per engine: whether its database has the pgvector column (app/store/pgvector.py).
-_pgvector: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+# Per engine: whether its database has the pgvector column (app/store/pgvector.py); a "no",
+# until when (monotonic seconds) it holds before the database is asked again.
+_pgvector: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
+PGVECTOR_RECHECK_S = 60.0
 # An item's columns by name, for statements over a subquery of items (working out a
 # subquery's own columns is slow in SQLAlchemy).
 _BY_NAME = tuple(literal_column(c.name, c.type) for c in si.c)
@@ -406,16 +409,21 @@ class StoreRepository(RevisionedRepository):
     # --- pgvector (app/store/pgvector.py) -----------------------------------------------
 
     async def has_pgvector(self) -> bool:
-        """Whether the database has `store_vectors.embedding_vec`: asked once per engine (a
-        server started before the migration added it searches exactly until it restarts)."""
+        """Whether the database has `store_vectors.embedding_vec`. A "yes" is kept for the
+        engine's life; a "no" for `PGVECTOR_RECHECK_S`, so a server running while
+        `agentstate migrate` adds the column (pgvector installed later) uses it within a
+        minute, without a restart."""
         if not self.postgres:
             return False
         key = self.connection.engine.sync_engine
-        if key not in _pgvector:
-            _pgvector[key] = bool(await self.connection.scalar(text(
-                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
-                "AND attname = 'embedding_vec' AND NOT attisdropped")))
-        return _pgvector[key]
+        known = _pgvector.get(key)
+        if known is not None and (known is True or time.monotonic() < known):
+            return known is True
+        found = bool(await self.connection.scalar(text(
+            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
+            "AND attname = 'embedding_vec' AND NOT attisdropped")))
+        _pgvector[key] = True if found else time.monotonic() + PGVECTOR_RECHECK_S
+        return found
 
     async def hnsw_state(self, index: str, dims: int, cap: int,
                          hnsw: str) -> tuple[int, bool | None]:

@@ -16,6 +16,9 @@ the store's writes refuse infinities and NaN, so none is decoded. It costs about
 component on this machine (0.1 ms a 128-d vector, 1.9 ms a 1,536-d one), on every write of a
 vector; PL/pgSQL with a preallocated array was 2-3x faster than one SQL statement. No HNSW index is created here: they are per
 index name, dimension and metric, built when a search needs one (app/store/pgvector.py).
+
+Applied where pgvector was missing, and pgvector installed later: `agentstate migrate` runs
+`upgrade()` again (`upgrade_again`, app/db/migrate.py).
 """
 
 from __future__ import annotations
@@ -53,6 +56,19 @@ BEGIN
 END
 $$
 """
+
+
+def _has_column(bind: sa.Connection) -> bool:
+    return bool(bind.scalar(sa.text(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
+        "AND attname = 'embedding_vec' AND NOT attisdropped")))
+
+
+def upgrade_again(bind: sa.Connection) -> bool:
+    """Whether `upgrade()` would now add what it could not when it ran: pgvector installed
+    (or made creatable) after this revision was applied without it. `agentstate migrate`
+    asks on every run (app/db/migrate.py)."""
+    return bind.dialect.name == "postgresql" and not _has_column(bind) and _has_pgvector(bind)
 
 
 def _has_pgvector(bind: sa.Connection) -> bool:
