@@ -71,6 +71,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         pooler.stop()
     for server in _pgvector:  # here, not in a test's teardown: `pg_ctl stop` is a process
         server.cleanup()
+
+
 BACKEND_FIXTURES = ("database_url", "secured_database_url")
 
 

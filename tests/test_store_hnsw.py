@@ -430,8 +430,8 @@ async def test_pgvector_installed_later_is_taken_up_by_migrate_and_running_serve
                                                                     "embedding": q}}
         before = (await client.post(SEARCH, json=body)).json()
         assert not any("store_vectors.embedding_vec" in s for s in statements)
-        async with sql(f"postgresql+asyncpg://postgres@/{name}?host={pgvector_host}") as su:
-            await su.execute("CREATE EXTENSION vector")
+        async with sql(url) as superuser:  # `sql` connects as postgres
+            await superuser.execute("CREATE EXTENSION vector")
         again = await asyncio.to_thread(agentstate, url, "migrate")
         assert again.returncode == 0, again.stderr
         assert "applied 3b8f0c6d2e51 again, now that the database allows it" in again.stderr
