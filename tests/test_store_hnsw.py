@@ -192,6 +192,25 @@ async def test_hnsw_agrees_with_the_exact_ranking_and_every_rule_holds(
                 if metric != "inner_product":
                     assert top["key"] == "k123"
                     assert top["score"] == pytest.approx(1.0 if metric == "cosine" else 0.0)
+    # AGENTSTATE_STORE_HNSW_EF_SEARCH is what the scan keeps (`hnsw.ef_search` for the
+    # statement's transaction), raised to a page deeper than it.
+    settings = Settings(database_url=pgvector_url, auto_migrate=False,  # type: ignore[call-arg]
+                        store_hnsw_min_vectors=THRESHOLD, store_hnsw_ef_search=37,
+                        _env_file=None)
+    sent: list[str] = []
+
+    def heard(_c: Any, _k: Any, _statement: str, parameters: Any, *_: Any) -> None:
+        if "hnsw.ef_search" in parameters:
+            sent.append(parameters[list(parameters).index("hnsw.ef_search") + 1])
+
+    async with running(settings) as application, http_client(application) as client:
+        sqlalchemy.event.listen(application.state.db.engine.sync_engine,
+                                "before_cursor_execute", heard)
+        for limit in (10, 50):
+            found = await search(client, loaded["main"], limit=limit, vector={
+                "index": "e16", "embedding": [1.0] * 16, "metric": "cosine"})
+            assert len(found) == limit
+    assert sent == ["37", "51"], sent  # a page of 50 reads 51: whether there is a next
 
     async def scanned() -> bool:
         after = await hnsw_indexes(pgvector_url)

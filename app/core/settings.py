@@ -155,6 +155,10 @@ class Settings(BaseSettings):
         20_000, ge=1, description="Where Postgres has pgvector: a vector index (per tenant) "
                                   "of this many vectors is searched by HNSW, a smaller one "
                                   "exactly in SQL (app/store/pgvector.py).")
+    store_hnsw_ef_search: int = Field(
+        200, ge=1, le=1000, description="Where a search uses HNSW: the candidates its scan "
+                                        "keeps (pgvector's `hnsw.ef_search`; at least the "
+                                        "page asked for). Higher: better recall, slower.")
 
     # The change feed (docs/events.md).
     events_max_wait_seconds: float = Field(

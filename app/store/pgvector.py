@@ -46,9 +46,9 @@ HNSW_MAX_DIMS = 2000
 # pgvector's operator and operator class for each of the API's metrics.
 OPERATORS = {"cosine": ("<=>", "vector_cosine_ops"), "inner_product": ("<#>", "vector_ip_ops"),
              "l2": ("<->", "vector_l2_ops")}
-# The candidates an HNSW scan keeps (pgvector's default is 40: recall 0.58 at 10,000 Gaussian
-# 128-d vectors, 0.94 at 200; bench/store_hnsw.py); pgvector allows at most 1,000.
-EF_SEARCH = 200
+# The most candidates an HNSW scan keeps (pgvector's limit for `hnsw.ef_search`). The setting
+# `store_hnsw_ef_search` is 200 by default: pgvector's own default of 40 had recall 0.58 at
+# 10,000 Gaussian 128-d vectors, and 200 had 0.94 (bench/store_hnsw.py).
 MAX_EF_SEARCH = 1000
 
 log = logging.getLogger(__name__)
@@ -68,14 +68,14 @@ class NearestVectors:
     (item ids, their embeddings end to end)."""
 
     def __init__(self, repo: StoreRepository, scope: Scope, index: str, dims: int,
-                 metric: str, embedding: list[float], min_vectors: int,
+                 metric: str, embedding: list[float], min_vectors: int, ef_search: int,
                  build_url: str | None) -> None:
         self.repo = repo
         self.build_url = build_url
         self.scope = scope
         self.index, self.dims, self.metric = index, dims, metric
         self.embedding = _literal(embedding)
-        self.min_vectors = min_vectors
+        self.min_vectors, self.ef_search = min_vectors, ef_search
         self.name = index_name(index, dims, metric)
 
     async def nearest(self, n: int) -> list[tuple[list[int], bytes]]:
@@ -87,7 +87,7 @@ class NearestVectors:
         while True:
             rows = await self.repo.nearest_vectors(
                 self.scope, self.index, self.dims, OPERATORS[self.metric][0], self.embedding,
-                limit, max(EF_SEARCH, min(limit, MAX_EF_SEARCH)) if approximate else None)
+                limit, max(self.ef_search, min(limit, MAX_EF_SEARCH)) if approximate else None)
             if len(rows) < limit and approximate:
                 # Short (the scan's hnsw.max_scan_tuples, or fewer candidates): the exact
                 # statement knows which.

@@ -369,7 +369,7 @@ class StoreService:
         if await self.repo.has_pgvector():
             for chunk in await pgvector.NearestVectors(
                     self.repo, where, query.index, dims, query.metric, query.embedding,
-                    self.settings.store_hnsw_min_vectors,
+                    self.settings.store_hnsw_min_vectors, self.settings.store_hnsw_ef_search,
                     session_url(self.settings)).nearest(n):
                 yield chunk
             return
