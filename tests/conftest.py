@@ -34,7 +34,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]  # no stubs
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -163,22 +162,13 @@ def pgvector_host(tmp_path_factory: pytest.TempPathFactory) -> str:
 @contextlib.contextmanager
 def pgvector_database(host: str) -> Iterator[str]:
     """A fresh database migrated by the project on the pgvector Postgres at `host`."""
-    name = f"agentstate_test_{uuid.uuid4().hex[:10]}"
-
-    async def admin(sql: str) -> None:
-        connection = await asyncpg.connect(host=host, user="postgres", database="postgres")
-        try:
-            await connection.execute(sql)
-        finally:
-            await connection.close()
-
-    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
-    url = f"postgresql+asyncpg://postgres@/{name}?host={host}"
+    admin = f"postgresql://postgres@/postgres?host={host}"
+    url = create_postgres_database(admin)
     try:
         asyncio.run(_upgrade(url))
         yield url
     finally:
-        asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        drop_postgres_database(url, admin)
 
 
 def _backend_database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,

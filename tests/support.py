@@ -13,10 +13,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 import httpx
+from sqlalchemy import event
 from sqlalchemy.engine import make_url
 
 ADMIN_URL = os.environ.get(
@@ -48,32 +49,61 @@ def pooler_env(url: str) -> dict[str, str]:
 
 async def pg_connect(url: str = ADMIN_URL) -> asyncpg.Connection:
     """A plain asyncpg connection to the database of a SQLAlchemy URL (the admin database by
-    default), for what a test does beside the server: hold locks, read pg_stat_activity."""
+    default), for what a test does beside the server: hold locks, read pg_stat_activity.
+    A `?host=` in the URL is a socket directory (the pgvector Postgres, tests/conftest.py)."""
     parsed = make_url(direct_url(url))
-    return await asyncpg.connect(host=parsed.host, port=parsed.port or 5432,
+    return await asyncpg.connect(host=parsed.query.get("host", parsed.host),
+                                 port=parsed.port or 5432,
                                  user=parsed.username, password=parsed.password,
                                  database=parsed.database or "postgres")
 
 
-async def _admin(sql: str) -> None:
-    connection = await pg_connect()
+async def _admin(sql: str, admin_url: str) -> None:
+    connection = await pg_connect(admin_url)
     try:
         await connection.execute(sql)
     finally:
         await connection.close()
 
 
-def create_postgres_database() -> str:
+def create_postgres_database(admin_url: str = ADMIN_URL) -> str:
+    """A new empty database on the Postgres of `admin_url` (the suite's by default)."""
     name = f"agentstate_test_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin(f'CREATE DATABASE "{name}"'))
-    return make_url(ADMIN_URL).set(drivername="postgresql+asyncpg", database=name).render_as_string(
+    asyncio.run(_admin(f'CREATE DATABASE "{name}"', admin_url))
+    return make_url(admin_url).set(drivername="postgresql+asyncpg", database=name).render_as_string(
         hide_password=False
     )
 
 
-def drop_postgres_database(url: str) -> None:
+def drop_postgres_database(url: str, admin_url: str = ADMIN_URL) -> None:
     name = make_url(url).database
-    asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', admin_url))
+
+
+class Statement(NamedTuple):
+    sql: str
+    params: Any
+    direct: bool  # it came the direct way (app/db/direct.py)
+
+
+@contextlib.contextmanager
+def statements(app: Any) -> Iterator[list[Statement]]:
+    """Every statement the engine of a running `app` executes while the block runs, as its
+    listeners hear of it."""
+    from app.db.direct import DirectContext
+
+    heard: list[Statement] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, params: Any, context: Any,
+               _many: bool) -> None:
+        heard.append(Statement(sql, params, isinstance(context, DirectContext)))
+
+    engine = app.state.db.engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield heard
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 def free_port() -> int:

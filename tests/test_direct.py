@@ -13,45 +13,37 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
 
 from app.core.principal import OPEN_TENANT
 from app.db import direct
 from app.threads.repository import _get
-from tests.support import ROOT, ServerProcess
+from tests.support import ROOT, ServerProcess, statements
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
     reason="the direct path is asyncpg's; elsewhere it is SQLAlchemy's execute")]
 
 
+def verb_and_table(sql: str) -> str:
+    words = sql.split()
+    return f"{words[0]} {words[2 if words[0] == 'INSERT' else 1]}"
+
+
 async def test_an_append_and_a_batch_take_the_direct_path(
     app: FastAPI, client: httpx.AsyncClient, uid: str
 ) -> None:
-    seen: list[tuple[str, bool]] = []  # (verb and table, whether it came the direct way)
-
-    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any,
-               _many: bool) -> None:
-        words = sql.split()
-        seen.append((f"{words[0]} {words[2 if words[0] == 'INSERT' else 1]}",
-                     isinstance(context, direct.DirectContext)))
-
-    engine = app.state.db.engine.sync_engine
     assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with statements(app) as heard:
         appended = await client.post(f"/v1/threads/{uid}/messages",
                                      json={"role": "user", "content": "hi"})
         batch = await client.post("/v1/batch", json={"operations": [{
             "op": "thread.patch", "thread_id": uid, "if_match": '"2"',
             "body": {"state": {"k": 1}, "append_messages": [{"role": "user",
                                                               "content": "again"}]}}]})
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
+    seen = [(verb_and_table(s.sql), s.direct) for s in heard]
     assert appended.status_code == 201, appended.text
     assert batch.status_code == 200, batch.text
     direct_ones = {statement for statement, straight in seen if straight}

@@ -8,7 +8,8 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
+
+from tests.support import statements
 
 pytestmark = pytest.mark.anyio
 
@@ -85,21 +86,12 @@ async def test_a_history_of_400_is_one_request(app: FastAPI, client: httpx.Async
                           **({"parent_id": parent} if parent else {})})
             parent = f"{uid}-{n}"
         await ok(await append(client, f"t{turn % 2}-{uid}", *batch))
-    statements: list[str] = []
-
-    def seen(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
-        if "messages" in sql:
-            statements.append(sql)
-
-    engine = app.state.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", seen)
-    try:
+    with statements(app) as heard:
         got = await ok(await lineage(client, f"{uid}-399", limit=1000), 200)
-    finally:
-        event.remove(engine, "before_cursor_execute", seen)
     assert [m["content"] for m in got["data"]] == [str(n) for n in range(400)]
+    read = [s.sql for s in heard if "messages" in s.sql]
     # Across two threads and 400 links: the id's lookup and one recursive query.
-    assert len(statements) == 2, statements
+    assert len(read) == 2, read
     assert not got["has_more"]
     last = await ok(await lineage(client, f"{uid}-399", limit=10), 200)
     assert [m["content"] for m in last["data"]] == [str(n) for n in range(390, 400)]

@@ -20,18 +20,16 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]  # no stubs
 import httpx
 import numpy as np
 import pytest
-import sqlalchemy
 from sqlalchemy import make_url
 
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
 from tests.conftest import http_client, pgvector_database, running
-from tests.support import agentstate, bearer, create_key
+from tests.support import agentstate, bearer, create_key, pg_connect, statements
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 SEARCH = "/v1/store/items/search"
@@ -39,6 +37,9 @@ ITEMS = 2000
 DIMS = {"e16": 16, "e8": 8}
 METRICS = ("cosine", "inner_product", "l2")
 THRESHOLD = 1000
+# 1 where the migration gave the store its pgvector column, else 0.
+HAS_COLUMN = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
+              "AND attname = 'embedding_vec' AND NOT attisdropped")
 RECALL = 0.9  # recall@10 of HNSW at ef_search 200 on 2,000 Gaussian vectors: 1.00 measured
 
 
@@ -74,9 +75,7 @@ def pgvector_url(pgvector_host: str) -> Iterator[str]:
 
 @contextlib.asynccontextmanager
 async def sql(url: str) -> AsyncIterator[Any]:
-    parsed = make_url(url)
-    connection = await asyncpg.connect(host=parsed.query["host"], user="postgres",
-                                       database=parsed.database)
+    connection = await pg_connect(url)
     try:
         yield connection
     finally:
@@ -197,19 +196,14 @@ async def test_hnsw_agrees_with_the_exact_ranking_and_every_rule_holds(
     settings = Settings(database_url=pgvector_url, auto_migrate=False,  # type: ignore[call-arg]
                         store_hnsw_min_vectors=THRESHOLD, store_hnsw_ef_search=37,
                         _env_file=None)
-    sent: list[str] = []
-
-    def heard(_c: Any, _k: Any, _statement: str, parameters: Any, *_: Any) -> None:
-        if "hnsw.ef_search" in parameters:
-            sent.append(parameters[list(parameters).index("hnsw.ef_search") + 1])
-
     async with running(settings) as application, http_client(application) as client:
-        sqlalchemy.event.listen(application.state.db.engine.sync_engine,
-                                "before_cursor_execute", heard)
-        for limit in (10, 50):
-            found = await search(client, loaded["main"], limit=limit, vector={
-                "index": "e16", "embedding": [1.0] * 16, "metric": "cosine"})
-            assert len(found) == limit
+        with statements(application) as heard:
+            for limit in (10, 50):
+                found = await search(client, loaded["main"], limit=limit, vector={
+                    "index": "e16", "embedding": [1.0] * 16, "metric": "cosine"})
+                assert len(found) == limit
+    sent = [s.params[list(s.params).index("hnsw.ef_search") + 1] for s in heard
+            if "hnsw.ef_search" in s.params]
     assert sent == ["37", "51"], sent  # a page of 50 reads 51: whether there is a next
 
     async def scanned() -> bool:
@@ -384,15 +378,13 @@ async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(
         await connection.execute("CREATE DATABASE agentstate_hnsw_updown")
     url = make_url(pgvector_url).set(database="agentstate_hnsw_updown").render_as_string()
     db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]
-    column = ("SELECT count(*) FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
-              "AND attname = 'embedding_vec' AND NOT attisdropped")
     try:
         await migrate.upgrade(db.engine)
         async with db.engine.connect() as connection:
-            assert (await connection.exec_driver_sql(column)).scalar() == 1
+            assert (await connection.exec_driver_sql(HAS_COLUMN)).scalar() == 1
         await migrate.downgrade(db.engine, "d41c8e2f7a16")
         async with db.engine.connect() as connection:
-            assert (await connection.exec_driver_sql(column)).scalar() == 0
+            assert (await connection.exec_driver_sql(HAS_COLUMN)).scalar() == 0
             assert (await connection.exec_driver_sql(
                 "SELECT to_regprocedure('agentstate_f32_vector(bytea)')")).scalar() is None
         await migrate.upgrade(db.engine)
@@ -412,7 +404,7 @@ async def test_pgvector_installed_later_is_taken_up_by_migrate_and_running_serve
     # What the server waits before asking again: 60 s in production, every search here.
     monkeypatch.setattr(repository, "PGVECTOR_RECHECK_S", 0.0)
     name = f"late_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(host=pgvector_host, user="postgres", database="postgres")
+    admin = await pg_connect(f"postgresql://postgres@/postgres?host={pgvector_host}")
     try:
         await admin.execute("DO $$ BEGIN CREATE ROLE agentstate_app LOGIN; "
                             "EXCEPTION WHEN duplicate_object THEN NULL; END $$")
@@ -427,38 +419,34 @@ async def test_pgvector_installed_later_is_taken_up_by_migrate_and_running_serve
         async with sql(url) as connection:
             return int(await connection.fetchval(
                 "SELECT count(*) FROM store_vectors WHERE embedding_vec IS NOT NULL")
-                if await connection.fetchval(
-                    "SELECT 1 FROM pg_attribute WHERE attrelid = 'store_vectors'::regclass "
-                    "AND attname = 'embedding_vec'") else -1)
+                if await connection.fetchval(HAS_COLUMN) else -1)
 
     assert await columns() == -1, "a role that cannot create the extension gets no column"
-    statements: list[str] = []
     rng = np.random.default_rng(5)
     q = rng.standard_normal(4).astype(np.float32).tolist()
     settings = Settings(database_url=url, auto_migrate=False,  # type: ignore[call-arg]
                         _env_file=None)
     async with running(settings) as application, http_client(application) as client:
-        sqlalchemy.event.listen(application.state.db.engine.sync_engine,
-                                "before_cursor_execute",
-                                lambda _c, _k, statement, *_: statements.append(statement))
-        for i in range(20):
-            put = await client.put(f"/v1/store/items/late/k{i}", json={
-                "value": {}, "vectors": {"v": {"f": rng.standard_normal(4).tolist()}}})
-            assert put.status_code == 201, put.text
-        body = {"namespace_prefix": ["late"], "limit": 5, "vector": {"index": "v",
-                                                                    "embedding": q}}
-        before = (await client.post(SEARCH, json=body)).json()
-        assert not any("store_vectors.embedding_vec" in s for s in statements)
-        async with sql(url) as superuser:  # `sql` connects as postgres
-            await superuser.execute("CREATE EXTENSION vector")
-        again = await asyncio.to_thread(agentstate, url, "migrate")
-        assert again.returncode == 0, again.stderr
-        assert "applied 3b8f0c6d2e51 again, now that the database allows it" in again.stderr
-        assert await columns() == 20, "the existing vectors are in the new column"
-        statements.clear()
-        after = (await client.post(SEARCH, json=body)).json()
-        assert any("store_vectors.embedding_vec" in s for s in statements), "found in SQL, no restart"
-        assert after == before
+        with statements(application) as heard:
+            for i in range(20):
+                put = await client.put(f"/v1/store/items/late/k{i}", json={
+                    "value": {}, "vectors": {"v": {"f": rng.standard_normal(4).tolist()}}})
+                assert put.status_code == 201, put.text
+            body = {"namespace_prefix": ["late"], "limit": 5, "vector": {"index": "v",
+                                                                        "embedding": q}}
+            before = (await client.post(SEARCH, json=body)).json()
+            assert not any("store_vectors.embedding_vec" in s.sql for s in heard)
+            async with sql(make_url(url).set(username="postgres").render_as_string()) as superuser:
+                await superuser.execute("CREATE EXTENSION vector")
+            again = await asyncio.to_thread(agentstate, url, "migrate")
+            assert again.returncode == 0, again.stderr
+            assert "applied 3b8f0c6d2e51 again, now that the database allows it" in again.stderr
+            assert await columns() == 20, "the existing vectors are in the new column"
+            heard.clear()
+            after = (await client.post(SEARCH, json=body)).json()
+            assert any("store_vectors.embedding_vec" in s.sql for s in heard), \
+                "found in SQL, no restart"
+            assert after == before
     done = await asyncio.to_thread(agentstate, url, "migrate")
     assert done.returncode == 0 and "again" not in done.stderr, done.stderr
     db = Database(Settings(database_url=url, _env_file=None))  # type: ignore[call-arg]

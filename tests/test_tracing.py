@@ -24,11 +24,9 @@ import pytest
 from agentstate_client import AgentStateClient, AsyncAgentStateClient
 from fastapi import FastAPI
 from pydantic import SecretStr, ValidationError
-from sqlalchemy import event
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.core.settings import Settings, describe_settings_error
-from app.db import direct
 from app.main import create_app
 from tests.support import (
     ROOT,
@@ -37,6 +35,7 @@ from tests.support import (
     eventually,
     recorded_spans,
     span_tree,
+    statements,
     wait_until_blocked,
     write_lock,
 )
@@ -66,24 +65,6 @@ async def traced(settings: Settings, provider: Any,
             "http://agentstate.test", transport=httpx.ASGITransport(app=isolated(app)),
             **client_options) as client:
         yield app, client
-
-
-@contextlib.contextmanager
-def statements(app: FastAPI) -> Iterator[list[tuple[str, bool]]]:
-    """Every statement the engine's listeners hear of: (its text, whether it came the direct
-    way, app/db/direct.py)."""
-    heard: list[tuple[str, bool]] = []
-
-    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any,
-               _many: bool) -> None:
-        heard.append((sql, isinstance(context, direct.DirectContext)))
-
-    engine = app.state.db.engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield heard
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def db_spans(exporter: Any) -> list[Any]:
@@ -131,9 +112,9 @@ async def test_a_traced_client_call_is_one_trace_of_client_server_and_statements
     children = sorted(db_spans(exporter), key=lambda s: s.start_time)
     assert {s.parent.span_id for s in children} == {server.context.span_id}
     assert all(s.kind.name == "CLIENT" for s in children)
-    assert [s.attributes["db.statement"] for s in children] == [sql for sql, _ in heard]
+    assert [s.attributes["db.statement"] for s in children] == [s.sql for s in heard]
     assert set(finished) == {call, server, *children}
-    came_direct = [sql.split()[:3] for sql, straight in heard if straight]
+    came_direct = [s.sql.split()[:3] for s in heard if s.direct]
     if backend == "postgres":
         assert ["UPDATE", "threads", "SET"] in came_direct, heard
         assert ["INSERT", "INTO", "messages"] in came_direct, heard
