@@ -73,6 +73,12 @@ def test_a_role_that_does_not_exist(empty_postgres: str) -> None:
     line = one_line(done)
     assert 'role "agentstate_nobody" does not exist' in line
     assert "AGENTSTATE_DATABASE_URL" in line
+    # Over the Unix socket (libpq's ?host=), the line names the socket, not localhost:5432.
+    socket = f"postgresql://agentstate_nobody@/{nobody.database}?host=/var/run/postgresql"
+    done = serve(socket)
+    assert done.returncode == 2
+    assert one_line(done).startswith("agentstate: the socket /var/run/postgresql/.s.PGSQL.5432 "
+                                     'refused the login: role "agentstate_nobody"'), done.stderr
 
 
 def test_a_schema_never_migrated(empty_postgres: str) -> None:

@@ -70,7 +70,12 @@ def _where(url: str) -> str:
         return "the database"
     if parsed.get_backend_name() == "sqlite":
         return f"the SQLite database {parsed.database}"
-    return f"{parsed.host or 'localhost'}:{parsed.port or 5432}"
+    host = parsed.host or parsed.query.get("host")  # libpq's ?host= (a socket directory)
+    if isinstance(host, tuple):  # several hosts
+        host = ",".join(host)
+    if host and host.startswith("/"):
+        return f"the socket {host}/.s.PGSQL.{parsed.port or 5432}"
+    return f"{host or 'localhost'}:{parsed.port or 5432}"
 
 
 def diagnose(exc: BaseException, url: str) -> Diagnosis | None:
