@@ -170,6 +170,9 @@ class Importer:
                                             f"records, the file has {self._seen}: records are "
                                             "missing")
         await self._close_units()
+        async with self.db.write() as connection:
+            await PortabilityRepository(connection).analyze()
+            await connection.commit()
         return True
 
     async def _thread_start(self, item: Item) -> bool:

@@ -61,6 +61,14 @@ class PortabilityRepository:
     def _select(self, kind: Kind, *extra: Any) -> Any:
         return select(*(kind.table.c[column.name] for column in kind.columns), *extra)
 
+    async def analyze(self) -> None:
+        """Postgres: every table's planner statistics now (the tables an import filled
+        would otherwise have none until autovacuum's next visit, and Postgres plans a join
+        over a table it never analyzed blind: a store vector search right after loading
+        20,000 items into a fresh database took 21 s, and 0.04 s once analyzed)."""
+        if self.postgres:
+            await self.connection.execute(text("ANALYZE"))
+
     # --- reading ---------------------------------------------------------------------------
 
     async def stream(self, kind: Kind) -> AsyncIterator[AnyRow]:
