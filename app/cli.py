@@ -2,7 +2,7 @@
 
 Each package registers its own subcommands (`register(sub)` in its `commands.py`), as the
 retention sweep does: `ops` serve and migrate, `portability` export, import, copy and backup,
-`retention` gc, `mcp_servers` secrets, `auth` keys. What is left here is the top of the
+`retention` gc, `store` reindex, `mcp_servers` secrets, `auth` keys. What is left here is the top of the
 parser and how an error ends a command: one line on stderr and an exit status.
 """
 
@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from app.ops.commands import register as register_server
     from app.portability.commands import register as register_portability
     from app.retention.commands import register as register_retention
+    from app.store.commands import register as register_store
 
     parser = argparse.ArgumentParser(
         prog="agentstate", description="The state service AI agents keep their memory in."
@@ -35,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the traceback of an error (also AGENTSTATE_LOG_LEVEL=DEBUG)")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in (register_server, register_portability, register_retention,
-                     register_secrets, register_keys):
-        register(sub)  # serve, migrate; export, import, copy, backup; gc; secrets; keys
+                     register_store, register_secrets, register_keys):
+        register(sub)  # serve, migrate; export, import, copy, backup; gc; reindex; secrets; keys
     return parser
 
 

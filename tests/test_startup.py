@@ -98,6 +98,11 @@ def test_a_bad_setting_names_its_variable(tmp_path: Path) -> None:
                       env={"AGENTSTATE_IDEMPOTENCY_TTL_HOURS": "0"})
     assert done.returncode == 2
     assert one_line(done) == "agentstate: AGENTSTATE_IDEMPOTENCY_TTL_HOURS must be >= 24"
+    done = agentstate(f"sqlite:///{tmp_path}/a.db", "reindex",
+                      env={"AGENTSTATE_STORE_HNSW_M": "40"})  # ef_construction 64 < 2 x 40
+    assert done.returncode == 2
+    assert one_line(done) == ("agentstate: AGENTSTATE_STORE_HNSW_EF_CONSTRUCTION must be at "
+                              "least twice AGENTSTATE_STORE_HNSW_M (80)")
     done = agentstate("mysql://u:hunter2@h/db", "migrate")
     assert done.returncode == 2
     line = one_line(done)

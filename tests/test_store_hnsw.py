@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 import uuid
@@ -28,6 +29,7 @@ from sqlalchemy import make_url
 from app.core.settings import Settings
 from app.db import migrate
 from app.db.engine import Database
+from app.store.pgvector import index_name
 from tests.conftest import http_client, pgvector_database, running
 from tests.support import agentstate, bearer, create_key, pg_connect, statements
 
@@ -350,6 +352,138 @@ async def test_behind_a_transaction_pooler_the_index_is_built_on_the_direct_url_
             return any(valid for name, (valid, _) in (await hnsw_indexes(
                 pgvector_url)).items() if name not in before)
         await until("the HNSW index is valid", built)
+
+
+async def built_with(url: str, name: str) -> tuple[bool, list[str] | None] | None:
+    """(valid, reloptions) of the index `name`, None when there is none."""
+    async with sql(url) as connection:
+        row = await connection.fetchrow(
+            "SELECT i.indisvalid, c.reloptions FROM pg_index i JOIN pg_class c "
+            "ON c.oid = i.indexrelid WHERE c.relname = $1", name)
+    return None if row is None else (row["indisvalid"], row["reloptions"])
+
+
+async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
+        pgvector_url: str, tokens: dict[str, str], caplog: pytest.LogCaptureFixture) -> None:
+    """AGENTSTATE_STORE_HNSW_M / _EF_CONSTRUCTION are what a build uses. A server whose
+    settings differ from an index's says so once and searches it as it is; `agentstate
+    reindex --dry-run` lists it, `agentstate reindex` rebuilds it under the same name while
+    searches keep answering, then finds nothing left to do; what a stopped run leaves is
+    finished or dropped."""
+    rng = np.random.default_rng(23)
+    vectors = rng.standard_normal((600, 8)).astype(np.float32)
+    index = f"re-{uuid.uuid4().hex[:6]}"
+    name = index_name(index, 8, "cosine")
+    main = tokens["main"]
+    q = rng.standard_normal(8).astype(np.float32)
+    vector = {"index": index, "embedding": q.tolist(), "metric": "cosine"}
+    want = {int(i) for i in np.argsort(-scores(vectors, q, "cosine"))[:10]}
+
+    async def searched(client: httpx.AsyncClient) -> None:
+        found = await search(client, main, limit=10, vector=vector)
+        assert len(found) == 10
+        assert len(set(numbers(found)) & want) >= 9
+    async with served(pgvector_url, threshold=100) as client:
+        for start in range(0, 600, 100):
+            done = await client.post("/v1/batch", headers=bearer(main), json={"operations": [
+                {"op": "store.put", "namespace": ["re"], "key": f"k{i}",
+                 "body": {"value": {}, "vectors": {index: {"f": vectors[i].tolist()}}}}
+                for i in range(start, start + 100)]})
+            assert done.status_code == 200, done.text
+        await search(client, main, vector=vector)  # starts the build, with the defaults
+        await until("the HNSW index is valid", lambda: _valid(pgvector_url, name))
+    assert await built_with(pgvector_url, name) == (True, ["m=16", "ef_construction=64"])
+
+    asked = {"store_hnsw_m": 8, "store_hnsw_ef_construction": 32}
+    env = {f"AGENTSTATE_{k.upper()}": str(v) for k, v in asked.items()}
+    with caplog.at_level(logging.WARNING, logger="app.store.pgvector"):
+        async with served(pgvector_url, threshold=100, **asked) as client:
+            scans = (await hnsw_indexes(pgvector_url))[name][1]
+            for _ in range(2):
+                await searched(client)
+            await until("the index is scanned as it is", lambda: _scanned(
+                pgvector_url, name, scans))
+    told = [r.getMessage() for r in caplog.records if name in r.getMessage()]
+    assert len(told) == 1 and "m 16, ef_construction 64" in told[0] \
+        and "m 8, ef_construction 32" in told[0] and "agentstate reindex" in told[0], told
+
+    def mine(done: Any) -> list[dict[str, Any]]:
+        """Of the indexes a run reports (other tests' too), this test's."""
+        assert done.returncode == 0, done.stderr
+        return [found for found in json.loads(done.stdout)["indexes"] if found["name"] == name]
+    listed = agentstate(pgvector_url, "reindex", "--dry-run", env=env)
+    assert json.loads(listed.stdout)["dry_run"] is True
+    assert mine(listed) == [{"name": name, "index": index, "dims": 8, "metric": "cosine",
+                             "built_with": {"m": 16, "ef_construction": 64}, "rebuilt": False}]
+    assert await built_with(pgvector_url, name) == (True, ["m=16", "ef_construction=64"])
+
+    settings = Settings(database_url=pgvector_url, auto_migrate=False,  # type: ignore[call-arg]
+                        store_hnsw_min_vectors=100, _env_file=None, **asked)
+    async with running(settings) as application, http_client(application) as client:
+        with statements(application) as heard:
+            run = asyncio.ensure_future(asyncio.to_thread(
+                agentstate, pgvector_url, "reindex", env=env))
+            during = 0
+            while not run.done():  # two clients searching until the rebuild is over
+                await asyncio.gather(searched(client), searched(client))
+                during += 2
+            done = await run
+            await searched(client)
+    # Every one of them searched an HNSW index (the old, the rebuilt one, or it swapped in).
+    assert len([s for s in heard if "hnsw.ef_search" in s.params]) == during + 1
+    assert mine(done) == [{
+        "name": name, "index": index, "dims": 8, "metric": "cosine",
+        "built_with": {"m": 16, "ef_construction": 64}, "rebuilt": True}]
+    assert f"rebuilding {name} (index {index!r}, 8-d, cosine): m 16, ef_construction 64 " \
+        "-> m 8, ef_construction 32" in done.stderr, done.stderr
+    assert during > 0
+    assert await built_with(pgvector_url, name) == (True, ["m=8", "ef_construction=32"])
+    assert not [n for n in await hnsw_indexes(pgvector_url) if n.endswith("_new")]
+    # Nothing left to rebuild; while a build holds the lock, a run waits for it, and says so.
+    async with sql(pgvector_url) as holder:
+        await holder.execute("SELECT pg_advisory_lock(hashtext('agentstate.store_hnsw'))")
+        run = asyncio.ensure_future(asyncio.to_thread(
+            agentstate, pgvector_url, "reindex", env=env))
+
+
+        async def waiting() -> bool:  # the run has tried the lock (its last statement)
+            return bool(await holder.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                "AND datname = current_database() "
+                "AND query LIKE '%pg_try_advisory_lock%'"))
+        await until("the run waits for the lock", waiting)
+        assert not run.done()
+    again = await run
+    assert again.returncode == 0 and json.loads(again.stdout)["indexes"] == [], again
+    assert "waiting for an HNSW build under way" in again.stderr
+
+    # A stopped run: its half-built index is dropped; one built but not swapped in (the
+    # old one already dropped) is swapped in.
+    ddl = (f"CREATE INDEX {name}_new ON store_vectors USING hnsw "
+           "((embedding_vec::vector(8)) vector_cosine_ops) WITH (m = 4, ef_construction = 8) "
+           f"WHERE index_name = '{index}' AND dims = 8")
+    async with sql(pgvector_url) as connection:
+        await connection.execute(ddl)
+    assert agentstate(pgvector_url, "reindex", env=env).returncode == 0
+    assert await built_with(pgvector_url, f"{name}_new") is None
+    assert await built_with(pgvector_url, name) == (True, ["m=8", "ef_construction=32"])
+    async with sql(pgvector_url) as connection:
+        await connection.execute(ddl)
+        await connection.execute(f"DROP INDEX {name}")
+    swapped = agentstate(pgvector_url, "reindex", env=env)
+    assert f"swapping in {name}" in swapped.stderr
+    assert [found["built_with"] for found in mine(swapped)] == [
+        {"m": 4, "ef_construction": 8}]  # then rebuilt, as it was not what the settings ask
+    assert await built_with(pgvector_url, f"{name}_new") is None
+    assert await built_with(pgvector_url, name) == (True, ["m=8", "ef_construction=32"])
+
+
+async def _valid(url: str, name: str) -> bool:
+    return (await built_with(url, name) or (False,))[0]
+
+
+async def _scanned(url: str, name: str, before: int) -> bool:
+    return (await hnsw_indexes(url))[name][1] > before
 
 
 async def test_the_migration_agrees_with_the_models_and_goes_down_and_up(

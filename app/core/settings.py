@@ -159,6 +159,15 @@ class Settings(BaseSettings):
         200, ge=1, le=1000, description="Where a search uses HNSW: the candidates its scan "
                                         "keeps (pgvector's `hnsw.ef_search`; at least the "
                                         "page asked for). Higher: better recall, slower.")
+    store_hnsw_m: int = Field(
+        16, ge=2, le=100, description="Where Postgres has pgvector: the links per vector of an "
+                                      "HNSW index built from now on (pgvector's `m`; "
+                                      "`agentstate reindex` rebuilds those built otherwise).")
+    store_hnsw_ef_construction: int = Field(
+        64, ge=4, le=1000, description="The candidates an HNSW build keeps per vector "
+                                       "(pgvector's `ef_construction`, at least twice "
+                                       "AGENTSTATE_STORE_HNSW_M). Higher: better recall, "
+                                       "slower builds.")
 
     # The change feed (docs/events.md).
     events_max_wait_seconds: float = Field(
@@ -278,6 +287,14 @@ class Settings(BaseSettings):
         if backend == "postgresql":
             check_parameters(make_url(url).query)  # libpq's names; unknown ones refused
         return url
+
+    @field_validator("store_hnsw_ef_construction")
+    @classmethod
+    def _twice_m(cls, value: int, info: ValidationInfo) -> int:
+        m = info.data.get("store_hnsw_m")
+        if m is not None and value < 2 * m:  # pgvector refuses the index otherwise
+            raise ValueError(f"must be at least twice AGENTSTATE_STORE_HNSW_M ({2 * m})")
+        return value
 
     @field_validator("otel_traces_exporter")
     @classmethod

@@ -57,6 +57,9 @@ from app.store.models import StoreItem, StoreVector
 si = table(StoreItem)
 sv = table(StoreVector)
 e = table(Event)
+# 1 where the migration gave the store its pgvector column (app/store/pgvector.py).
+PGVECTOR_COLUMN = ("SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
+                   "AND attname = 'embedding_vec' AND NOT attisdropped")
 CONTENT = ("value", "index_fields", "search_text", "ttl_ms", "expires_at")
 # What a live item must meet for a write's one statement to go ahead (else the write is
 # judged the long way, app/core/revisions.py, which says why not): nothing (`none`: only an
@@ -419,24 +422,25 @@ class StoreRepository(RevisionedRepository):
         known = _pgvector.get(key)
         if known is not None and (known is True or time.monotonic() < known):
             return known is True
-        found = bool(await self.connection.scalar(text(
-            "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('store_vectors') "
-            "AND attname = 'embedding_vec' AND NOT attisdropped")))
+        found = bool(await self.connection.scalar(text(PGVECTOR_COLUMN)))
         _pgvector[key] = True if found else time.monotonic() + PGVECTOR_RECHECK_S
         return found
 
     async def hnsw_state(self, index: str, dims: int, cap: int,
-                         hnsw: str) -> tuple[int, bool | None]:
-        """(the tenant's vectors in the index, counted up to `cap`; whether the HNSW index
-        `hnsw` is valid, None when it does not exist)."""
+                         names: Sequence[str]) -> tuple[int, bool, list[str] | None]:
+        """(the tenant's vectors in the index, counted up to `cap`; whether an HNSW index
+        of `names` is valid; the `reloptions` of the first valid one)."""
         counted = select(literal(1)).where(sv.c.tenant_id == self.tenant_id,
                                            sv.c.index_name == index, sv.c.dims == dims)
-        count, valid = (await self.connection.execute(select(
+        relname = literal_column("relname", Text)
+        valid = (select(literal_column("reloptions", ARRAY(Text)))
+                 .select_from(text("pg_index JOIN pg_class ON pg_class.oid = indexrelid"))
+                 .where(relname.in_(names), literal_column("indisvalid"))
+                 .order_by(relname).limit(1))
+        count, found, options = (await self.connection.execute(select(
             select(func.count()).select_from(counted.limit(cap).subquery()).scalar_subquery(),
-            select(literal_column("indisvalid")).select_from(text("pg_index"))
-            .where(literal_column("indexrelid") == func.to_regclass(hnsw))
-            .scalar_subquery()))).one()
-        return int(count), valid
+            exists(valid), valid.scalar_subquery()))).one()
+        return int(count), bool(found), options
 
     async def nearest_vectors(self, scope: Scope, index: str, dims: int, operator: str,
                               embedding: str, limit: int,

@@ -16,7 +16,6 @@ from app.core.mergepatch import merge_patch
 from app.core.revisions import Preconditions, RevisionedResource, revision_of_tag
 from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
-from app.db.listener import session_url
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.store import pgvector, vectors
@@ -369,8 +368,7 @@ class StoreService:
         if await self.repo.has_pgvector():
             for chunk in await pgvector.NearestVectors(
                     self.repo, where, query.index, dims, query.metric, query.embedding,
-                    self.settings.store_hnsw_min_vectors, self.settings.store_hnsw_ef_search,
-                    session_url(self.settings)).nearest(n):
+                    self.settings).nearest(n):
                 yield chunk
             return
         async for chunk in self.repo.vectors(where, query.index, dims):
