@@ -16,11 +16,10 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.core.principal import Principal
+from app.auth.service import ApiKeyService, parse_scopes
 from app.core.secretbox import new_key
 from app.core.settings import Settings
 from app.db.engine import Database
-from app.http.dependencies import current_principal
 from app.main import create_app
 from tests.conftest import migrated_database
 from tests.support import (
@@ -35,11 +34,8 @@ pytestmark = pytest.mark.anyio
 
 
 @asynccontextmanager
-async def serving(settings: Settings, *keys: str,
-                  principal: Principal | None = None) -> AsyncIterator[httpx.AsyncClient]:
+async def serving(settings: Settings, *keys: str) -> AsyncIterator[httpx.AsyncClient]:
     app = create_app(settings.model_copy(update={"secret_keys": [SecretStr(k) for k in keys]}))
-    if principal is not None:
-        app.dependency_overrides[current_principal] = lambda: principal
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://t") as client:
@@ -91,19 +87,36 @@ async def test_write_rules_and_redaction(keyed_client: httpx.AsyncClient, uid: s
     assert await clear() == {} and (await c.get(u)).json()["secrets"] == {}
 
 
-async def test_include_secrets_needs_the_scope(settings: Settings, uid: str) -> None:
+async def api_key(url: str, scopes: str) -> dict[str, str]:
+    """The Authorization header of a new key of the default tenant with `scopes`."""
+    db = Database(Settings(database_url=url, auto_migrate=False, _env_file=None))  # type: ignore[call-arg]
+    try:
+        async with db.write() as connection:
+            _, token = await ApiKeyService(connection).create(
+                "default", scopes.replace(",", "-"), parse_scopes(scopes))
+            await connection.commit()
+    finally:
+        await db.dispose()
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def test_include_secrets_needs_the_scope(fresh_url: str, uid: str) -> None:
+    """A key with read and write sees secrets masked, and `include_secrets` is 403 naming
+    `secrets:read`; a key with that scope reads them."""
     key = new_key()
-    writer = Principal("default", "key_writer", frozenset({"read", "write"}))
-    async with serving(settings, key, principal=writer) as c:
+    settings = Settings(database_url=fresh_url, auto_migrate=False, _env_file=None,  # type: ignore[call-arg]
+                        auth_cache_seconds=0)
+    writer = await api_key(fresh_url, "read,write")
+    reader = await api_key(fresh_url, "read,secrets:read")
+    async with serving(settings, key) as c:
         u = f"/v1/mcp-servers/{uid}"
-        assert (await c.put(u, json={"server_type": "x", "secrets": {"t": "v"}})).status_code == 201
-        assert (await c.get(u)).json()["secrets"] == {"t": "***"}
+        put = await c.put(u, json={"server_type": "x", "secrets": {"t": "v"}}, headers=writer)
+        assert put.status_code == 201, put.text
+        assert (await c.get(u, headers=writer)).json()["secrets"] == {"t": "***"}
         for path in (u, "/v1/mcp-servers"):
-            denied = await c.get(path, params={"include_secrets": "true"})
+            denied = await c.get(path, params={"include_secrets": "true"}, headers=writer)
             assert denied.status_code == 403 and "secrets:read" in denied.json()["detail"]
-    reader = Principal("default", "key_reader", frozenset({"read", "secrets:read"}))
-    async with serving(settings, key, principal=reader) as c:
-        allowed = await c.get(f"/v1/mcp-servers/{uid}", params={"include_secrets": "true"})
+        allowed = await c.get(u, params={"include_secrets": "true"}, headers=reader)
         assert allowed.json()["secrets"] == {"t": "v"}
 
 

@@ -42,7 +42,8 @@ log = logging.getLogger("agentstate.tenancy")
 TENANT = "tenant_id"
 _OPTION = "agentstate_cross_tenant"
 S = TypeVar("S")
-# The tenant of the request being served, set by `current_principal`; None outside requests.
+# The tenant of the request being served, set by the key dependencies of
+# app/http/dependencies.py; None outside requests.
 request_tenant: ContextVar[str | None] = ContextVar("agentstate_request_tenant", default=None)
 
 

@@ -8,7 +8,7 @@ Services only execute statements.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -90,33 +90,30 @@ async def authenticate(app: Any, path: str, authorizations: list[str],
     return principal
 
 
-class _CallerKey(HTTPBearer):
-    """The key's tenant and scopes; the anonymous owner of the default tenant when the
-    server runs open (no keys exist). The tenant guard checks statements while it is set.
-
-    An `HTTPBearer`, so the OpenAPI document declares the bearer scheme on every operation
-    that depends on it, but it reads the key headers itself (errors are ours, and under
-    `SDK_PREFIX` the key may come as `x-api-key`): one dependency, not two, on every
-    request (docs/PERFORMANCE.md, "A cheaper request")."""
-
-    async def __call__(  # type: ignore[override]
-        self, request: Request,
-    ) -> AsyncIterator[Principal]:
-        principal: Principal | None = request.scope.get(PRINCIPAL)  # the middleware's answer
-        if principal is None:
-            principal = await authenticate(request.app, request.scope["path"],
-                                           request.headers.getlist("authorization"),
-                                           request.headers.getlist("x-api-key"))
-        request_tenant.set(principal.tenant_id)
-        try:
-            yield principal
-        finally:
-            request_tenant.set(None)
+async def _caller(request: Request) -> Principal:
+    """The key's tenant and scopes (the body-limit middleware's answer when it had one);
+    the anonymous owner of the default tenant when the server runs open (no keys exist).
+    The tenant guard checks statements while it is set, until `request_tenant` is reset."""
+    principal: Principal | None = request.scope.get(PRINCIPAL)
+    if principal is None:
+        principal = await authenticate(request.app, request.scope["path"],
+                                       request.headers.getlist("authorization"),
+                                       request.headers.getlist("x-api-key"))
+    request_tenant.set(principal.tenant_id)
+    return principal
 
 
-current_principal = _CallerKey(auto_error=False, scheme_name="ApiKey",
-                               description="An API key from `agentstate keys create`.")
-CallerDep = Annotated[Principal, Depends(current_principal)]
+class _Key(HTTPBearer):
+    """A dependency that judges who is calling. An `HTTPBearer`, so the OpenAPI document
+    declares the bearer scheme on every operation that depends on it, but it reads the key
+    headers itself (`_caller`: errors are ours, and under `SDK_PREFIX` the key may come as
+    `x-api-key`). The units of work below are keys too: the key and the transaction are one
+    dependency, not two levels of them, on every request (docs/PERFORMANCE.md, "A cheaper
+    request"). Each resets the tenant when it ends."""
+
+    def __init__(self) -> None:
+        super().__init__(auto_error=False, scheme_name="ApiKey",
+                         description="An API key from `agentstate keys create`.")
 
 
 def _allowed(principal: Principal, scope: str) -> Principal:
@@ -125,14 +122,23 @@ def _allowed(principal: Principal, scope: str) -> Principal:
     return principal
 
 
-def require(scope: str) -> Callable[[Principal], Awaitable[Principal]]:
-    async def dependency(principal: CallerDep) -> Principal:
-        return _allowed(principal, scope)
+class _Scoped(_Key):
+    """The caller, who must hold `scope` (403 otherwise)."""
 
-    return dependency
+    def __init__(self, scope: str) -> None:
+        super().__init__()
+        self.scope = scope
+
+    async def __call__(  # type: ignore[override]
+        self, request: Request,
+    ) -> AsyncIterator[Principal]:
+        try:
+            yield _allowed(await _caller(request), self.scope)
+        finally:
+            request_tenant.set(None)
 
 
-_may_read, _may_write = require("read"), require("write")
+_may_read, _may_write = _Scoped("read"), _Scoped("write")
 ReadAccess = Annotated[Principal, Depends(_may_read)]
 WriteAccess = Annotated[Principal, Depends(_may_write)]
 # `dependencies=[WRITE_FIRST]` on a route whose body is parsed by a dependency of its own:
@@ -154,30 +160,41 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 FeedDep = Annotated[Feed, Depends(get_feed)]
 
 
-# Both take the caller's principal first: looking a key up may take a connection of its own,
-# and requests holding theirs while they wait for it would empty the pool (50 first uses of
-# one key did). The scope is checked here rather than by a `ReadAccess`/`WriteAccess`
-# dependency of their own: each level of dependencies costs every request its resolution.
-async def _read_unit(request: Request, principal: CallerDep) -> AsyncIterator[UnitOfWork]:
-    _allowed(principal, "read")
-    async with request.app.state.db.read() as connection:
-        yield UnitOfWork(connection, principal)
+# Each judges the caller first: looking a key up may take a connection of its own, and
+# requests holding theirs while they wait for it would empty the pool (50 first uses of one
+# key did).
+class _ReadUnit(_Key):
+    async def __call__(  # type: ignore[override]
+        self, request: Request,
+    ) -> AsyncIterator[UnitOfWork]:
+        try:
+            principal = _allowed(await _caller(request), "read")
+            async with request.app.state.db.read() as connection:
+                yield UnitOfWork(connection, principal)
+        finally:
+            request_tenant.set(None)
 
 
-async def _write_unit(request: Request, principal: CallerDep) -> AsyncIterator[UnitOfWork]:
-    _allowed(principal, "write")
-    # An exception from the handler leaves the transaction uncommitted: rolled back.
-    async with request.app.state.db.write() as connection:
-        uow = UnitOfWork(connection, principal)
-        yield uow
-        await EventRepository(connection, principal.tenant_id).append(principal.actor,
-                                                                      uow.events)
-        await connection.commit()
-    if uow.events:
-        # Number the committed events and wake watchers (docs/events.md): coalesced per
-        # tenant and in the background, the response does not wait for it.
-        feed: Feed = request.app.state.feed
-        feed.written(principal.tenant_id)
+class _WriteUnit(_Key):
+    async def __call__(  # type: ignore[override]
+        self, request: Request,
+    ) -> AsyncIterator[UnitOfWork]:
+        try:
+            principal = _allowed(await _caller(request), "write")
+            # An exception from the handler leaves the transaction uncommitted: rolled back.
+            async with request.app.state.db.write() as connection:
+                uow = UnitOfWork(connection, principal)
+                yield uow
+                await EventRepository(connection, principal.tenant_id).append(principal.actor,
+                                                                              uow.events)
+                await connection.commit()
+        finally:
+            request_tenant.set(None)
+        if uow.events:
+            # Number the committed events and wake watchers (docs/events.md): coalesced per
+            # tenant and in the background, the response does not wait for it.
+            feed: Feed = request.app.state.feed
+            feed.written(principal.tenant_id)
 
 
 _TRUE = ("1", "on", "t", "true", "y", "yes")  # what a `bool` query parameter reads as true
@@ -192,23 +209,29 @@ def _asks_refresh(request: Request) -> bool:
         and parsed[0].get("refresh_ttl") is True
 
 
-async def _refreshing_unit(request: Request,
-                           principal: CallerDep) -> AsyncIterator[UnitOfWork]:
+class _RefreshingUnit(_Key):
     """A read that may restart the time to live of what it returns (the store's
     `refresh_ttl`): then a write transaction, committed before the response (bookkeeping, no
     events), under the read scope; otherwise a read."""
-    _allowed(principal, "read")
-    if not _asks_refresh(request):
-        async with request.app.state.db.read() as connection:
-            yield UnitOfWork(connection, principal)
-        return
-    async with request.app.state.db.write() as connection:
-        yield UnitOfWork(connection, principal)
-        await connection.commit()
+
+    async def __call__(  # type: ignore[override]
+        self, request: Request,
+    ) -> AsyncIterator[UnitOfWork]:
+        try:
+            principal = _allowed(await _caller(request), "read")
+            if not _asks_refresh(request):
+                async with request.app.state.db.read() as connection:
+                    yield UnitOfWork(connection, principal)
+                return
+            async with request.app.state.db.write() as connection:
+                yield UnitOfWork(connection, principal)
+                await connection.commit()
+        finally:
+            request_tenant.set(None)
 
 
 # A Core connection inside, not an ORM Session: repositories run Core statements only, and
 # the Session's bookkeeping cost about 120 us a write (docs/PERFORMANCE.md).
-Reader = Annotated[UnitOfWork, Depends(_read_unit, scope="function")]
-Writer = Annotated[UnitOfWork, Depends(_write_unit, scope="function")]
-RefreshingReader = Annotated[UnitOfWork, Depends(_refreshing_unit, scope="function")]
+Reader = Annotated[UnitOfWork, Depends(_ReadUnit(), scope="function")]
+Writer = Annotated[UnitOfWork, Depends(_WriteUnit(), scope="function")]
+RefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(), scope="function")]
