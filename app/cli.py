@@ -2,8 +2,8 @@
 
 Each package registers its own subcommands (`register(sub)` in its `commands.py`), as the
 retention sweep does: `ops` serve and migrate, `portability` export, import, copy and backup,
-`retention` gc, `store` reindex, `mcp_servers` secrets, `auth` keys. What is left here is the top of the
-parser and how an error ends a command: one line on stderr and an exit status.
+`retention` gc, `store` reindex, `mcp_servers` secrets, `auth` keys. What is left here is the
+top of the parser and how an error ends a command: one line on stderr and an exit status.
 """
 
 from __future__ import annotations
