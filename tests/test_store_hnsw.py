@@ -371,7 +371,7 @@ async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
     searches keep answering, then finds nothing left to do; what a stopped run leaves is
     finished or dropped."""
     rng = np.random.default_rng(23)
-    vectors = rng.standard_normal((600, 8)).astype(np.float32)
+    vectors = rng.standard_normal((3 * ITEMS, 8)).astype(np.float32)
     index = f"re-{uuid.uuid4().hex[:6]}"
     name = index_name(index, 8, "cosine")
     main = tokens["main"]
@@ -384,7 +384,7 @@ async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
         assert len(found) == 10
         assert len(set(numbers(found)) & want) >= 9
     async with served(pgvector_url, threshold=100) as client:
-        for start in range(0, 600, 100):
+        for start in range(0, 3 * ITEMS, 100):
             done = await client.post("/v1/batch", headers=bearer(main), json={"operations": [
                 {"op": "store.put", "namespace": ["re"], "key": f"k{i}",
                  "body": {"value": {}, "vectors": {index: {"f": vectors[i].tolist()}}}}

@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 # until when (monotonic seconds) it holds before the database is asked again.
 _pgvector: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
 PGVECTOR_RECHECK_S = 60.0
+# Per engine: whether Postgres has planner statistics of the store's tables; a "no", until
+# when (monotonic seconds) it holds before it is looked at again (`ensure_statistics`).
+_statistics: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
+STATISTICS_RECHECK_S = 10.0
 # An item's columns by name, for statements over a subquery of items (working out a
 # subquery's own columns is slow in SQLAlchemy).
 _BY_NAME = tuple(literal_column(c.name, c.type) for c in si.c)
@@ -425,6 +429,30 @@ class StoreRepository(RevisionedRepository):
         found = bool(await self.connection.scalar(text(PGVECTOR_COLUMN)))
         _pgvector[key] = True if found else time.monotonic() + PGVECTOR_RECHECK_S
         return found
+
+    async def ensure_statistics(self) -> None:
+        """Postgres plans a join over tables it has never analyzed blind: a vector search
+        of 20,000 items loaded into a fresh database (autovacuum had not analyzed them yet)
+        ran into the statement timeout, a 503, and took 0.1 s once they were analyzed
+        (docs/operations.md). Until the store's tables have statistics, a vector search
+        analyzes them first (at most every STATISTICS_RECHECK_S: an empty table gets none);
+        then never again for the engine's life. A role that does not own them is skipped
+        by ANALYZE with a warning, and autovacuum's statistics come in time."""
+        if not self.postgres:
+            return
+        key = self.connection.engine.sync_engine
+        known = _statistics.get(key)
+        if known is True or (known is not None and time.monotonic() < known):
+            return
+        missing = text("SELECT count(DISTINCT tablename) < 2 FROM pg_stats WHERE schemaname "
+                       "= current_schema() AND tablename IN ('store_items', 'store_vectors')")
+        if await self.connection.scalar(missing):
+            await self.connection.execute(text("ANALYZE store_items, store_vectors"))
+            if await self.connection.scalar(missing):
+                _statistics[key] = time.monotonic() + STATISTICS_RECHECK_S
+                return
+            log.info("store: analyzed store_items and store_vectors (no planner statistics)")
+        _statistics[key] = True
 
     async def hnsw_state(self, index: str, dims: int, cap: int,
                          names: Sequence[str]) -> tuple[int, bool, list[str] | None]:

@@ -365,6 +365,7 @@ class StoreService:
                           n: int) -> AsyncIterator[tuple[list[int], bytes]]:
         """The vectors to score: every candidate's, or where Postgres has pgvector only
         those of the nearest n items, found in SQL (app/store/pgvector.py)."""
+        await self.repo.ensure_statistics()  # both join items and vectors
         if await self.repo.has_pgvector():
             for chunk in await pgvector.NearestVectors(
                     self.repo, where, query.index, dims, query.metric, query.embedding,
