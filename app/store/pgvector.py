@@ -142,8 +142,9 @@ class NearestVectors:
             self._build()
             return False
         built = built_options(reloptions)
-        if built != self.options and self.name not in _told.setdefault(self._engine(), set()):
-            _told[self._engine()].add(self.name)
+        told = _told.setdefault(self._engine(), set())
+        if built != self.options and self.name not in told:
+            told.add(self.name)
             log.warning("store: HNSW index %s (index %r, %d-d, %s) was built with %s, not the "
                         "settings' %s; searches use it as it is until `agentstate reindex` "
                         "rebuilds it", self.name, self.index, self.dims, self.metric,

@@ -76,13 +76,32 @@ _FTS = sql_table("store_items_fts", column("rowid", Integer))
 _FTS_MATCH = text("store_items_fts MATCH :fts_query")
 VECTOR_CHUNK = 4096
 log = logging.getLogger(__name__)
-# Per engine: whether its database has the pgvector column (app/store/pgvector.py); a "no",
-# until when (monotonic seconds) it holds before the database is asked again.
-_pgvector: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
+
+
+class _EngineFact:
+    """Something an engine's database comes to have and never loses: a "yes" is kept for
+    the engine's life, a "no" for a while (monotonic seconds) before it is asked again."""
+
+    def __init__(self) -> None:
+        self._known: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
+
+    def known(self, engine: Any) -> bool | None:
+        """True, False while a "no" holds, None when the database is to be asked."""
+        known = self._known.get(engine)
+        if known is None or known is True:
+            return known
+        return False if time.monotonic() < known else None
+
+    def learn(self, engine: Any, found: bool, recheck: float) -> bool:
+        self._known[engine] = True if found else time.monotonic() + recheck
+        return found
+
+
+# Whether the database has the pgvector column (app/store/pgvector.py).
+_pgvector = _EngineFact()
 PGVECTOR_RECHECK_S = 60.0
-# Per engine: whether Postgres has planner statistics of the store's tables; a "no", until
-# when (monotonic seconds) it holds before it is looked at again (`ensure_statistics`).
-_statistics: weakref.WeakKeyDictionary[Any, bool | float] = weakref.WeakKeyDictionary()
+# Whether Postgres has planner statistics of the store's tables (`ensure_statistics`).
+_statistics = _EngineFact()
 STATISTICS_RECHECK_S = 10.0
 # An item's columns by name, for statements over a subquery of items (working out a
 # subquery's own columns is slow in SQLAlchemy).
@@ -422,13 +441,12 @@ class StoreRepository(RevisionedRepository):
         minute, without a restart."""
         if not self.postgres:
             return False
-        key = self.connection.engine.sync_engine
-        known = _pgvector.get(key)
-        if known is not None and (known is True or time.monotonic() < known):
-            return known is True
-        found = bool(await self.connection.scalar(text(PGVECTOR_COLUMN)))
-        _pgvector[key] = True if found else time.monotonic() + PGVECTOR_RECHECK_S
-        return found
+        engine = self.connection.engine.sync_engine
+        known = _pgvector.known(engine)
+        if known is not None:
+            return known
+        return _pgvector.learn(engine, bool(await self.connection.scalar(text(PGVECTOR_COLUMN))),
+                               PGVECTOR_RECHECK_S)
 
     async def ensure_statistics(self) -> None:
         """Postgres plans a join over tables it has never analyzed blind: a vector search
@@ -440,19 +458,19 @@ class StoreRepository(RevisionedRepository):
         by ANALYZE with a warning, and autovacuum's statistics come in time."""
         if not self.postgres:
             return
-        key = self.connection.engine.sync_engine
-        known = _statistics.get(key)
-        if known is True or (known is not None and time.monotonic() < known):
+        engine = self.connection.engine.sync_engine
+        if _statistics.known(engine) is not None:
             return
         missing = text("SELECT count(DISTINCT tablename) < 2 FROM pg_stats WHERE schemaname "
                        "= current_schema() AND tablename IN ('store_items', 'store_vectors')")
-        if await self.connection.scalar(missing):
+        found = not await self.connection.scalar(missing)
+        if not found:
             await self.connection.execute(text("ANALYZE store_items, store_vectors"))
-            if await self.connection.scalar(missing):
-                _statistics[key] = time.monotonic() + STATISTICS_RECHECK_S
-                return
-            log.info("store: analyzed store_items and store_vectors (no planner statistics)")
-        _statistics[key] = True
+            found = not await self.connection.scalar(missing)
+            if found:
+                log.info("store: analyzed store_items and store_vectors (no planner "
+                         "statistics)")
+        _statistics.learn(engine, found, STATISTICS_RECHECK_S)
 
     async def hnsw_state(self, index: str, dims: int, cap: int,
                          names: Sequence[str]) -> tuple[int, bool, list[str] | None]:
