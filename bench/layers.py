@@ -53,7 +53,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
 
     async def through_sqlalchemy() -> None:
         async with db.write() as connection:
-            uow = UnitOfWork(connection, OPEN)
+            uow = UnitOfWork(connection, OPEN, db.settings)
             row = await ThreadRepository(connection, OPEN.tenant_id).advance(
                 ours.thread, values={"state": run_state(ours.counter)}, expected=[ours.revision])
             uow.record("thread.updated", f"/v1/threads/{ours.thread}", revision=row.revision,

@@ -198,7 +198,7 @@ async def test_an_event_committed_late_is_never_skipped(app, client: httpx.Async
 
     async def write(name: str, hold: asyncio.Event | None = None) -> None:
         async with app.state.db.write() as connection:
-            uow = UnitOfWork(connection, principal)
+            uow = UnitOfWork(connection, principal, app.state.settings)
             uow.record("thread.updated", f"/v1/threads/{name}", revision=1, thread_id=name)
             await EventRepository(connection, OPEN_TENANT).append(ANONYMOUS, uow.events)
             if hold is not None:

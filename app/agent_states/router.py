@@ -8,7 +8,7 @@ from app.agent_states.schemas import AgentStateOut, AgentStatePatch, AgentStateR
 from app.agent_states.service import AgentStateService, state_path
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
-from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.dependencies import Reader, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import AgentName, ThreadId, json_object_param
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
@@ -25,18 +25,18 @@ MERGE_PATCH = {"application/merge-patch+json": {
 @router.get(STATE, response_model=AgentStateOut, responses={**responses(404), **NOT_MODIFIED},
             summary="Get an agent's state in a thread")
 async def get_agent_state(thread_id: ThreadId, agent_name: AgentName, response: Response,
-                          uow: Reader, settings: SettingsDep,
+                          uow: Reader,
                           validator: Validator) -> AgentStateOut | Response:
-    state = await AgentStateService(uow, settings).get(thread_id, agent_name)
+    state = await AgentStateService(uow).get(thread_id, agent_name)
     return conditional(response, state, state.revision, validator)
 
 
 @router.put(STATE, responses={**responses(409, 410, 412, 428), 201: {"model": AgentStateOut}},
             summary="Create or replace an agent's state (creates the thread if needed)")
 async def put_agent_state(thread_id: ThreadId, agent_name: AgentName, body: AgentStateReplace,
-                          response: Response, uow: Writer, settings: SettingsDep,
+                          response: Response, uow: Writer,
                           pre: Conditions) -> AgentStateOut:
-    state, created = await AgentStateService(uow, settings).replace(
+    state, created = await AgentStateService(uow).replace(
         thread_id, agent_name, body, pre
     )
     if created:
@@ -50,17 +50,17 @@ async def put_agent_state(thread_id: ThreadId, agent_name: AgentName, body: Agen
               summary="Merge-patch an agent's state (RFC 7396)")
 async def patch_agent_state(thread_id: ThreadId, agent_name: AgentName,
                             body: Annotated[AgentStatePatch, Body()], response: Response,
-                            uow: Writer, settings: SettingsDep,
+                            uow: Writer,
                             pre: Conditions) -> AgentStateOut:
-    state = await AgentStateService(uow, settings).patch(thread_id, agent_name, body, pre)
+    state = await AgentStateService(uow).patch(thread_id, agent_name, body, pre)
     return with_etag(response, state, state.revision)
 
 
 @router.delete(STATE, status_code=204, responses=responses(404, 410, 412, 428),
                summary="Delete an agent's state")
 async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName, uow: Writer,
-                             settings: SettingsDep, pre: Conditions) -> Response:
-    await AgentStateService(uow, settings).delete(thread_id, agent_name, pre)
+                             pre: Conditions) -> Response:
+    await AgentStateService(uow).delete(thread_id, agent_name, pre)
     return Response(status_code=204)
 
 
@@ -68,9 +68,9 @@ async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName, uow: Wr
             summary="List a thread's agent states by agent_name")
 async def list_thread_agent_states(
     thread_id: ThreadId, request: Request, response: Response, uow: Reader,
-    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+    limit: Limit = 20, cursor: Cursor = None,
 ) -> Page[AgentStateOut]:
-    page = await AgentStateService(uow, settings).list_thread(thread_id, limit=limit,
+    page = await AgentStateService(uow).list_thread(thread_id, limit=limit,
                                                               cursor=cursor)
     return linked(request, response, page)
 
@@ -78,7 +78,7 @@ async def list_thread_agent_states(
 @router.get("/v1/agent-states", responses=responses(),
             summary="Query agent states across threads, sorted by (thread_id, agent_name)")
 async def query_agent_states(
-    request: Request, response: Response, uow: Reader, settings: SettingsDep,
+    request: Request, response: Response, uow: Reader,
     limit: Limit = 20, cursor: Cursor = None,
     agent_name: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     thread_id: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
@@ -86,8 +86,8 @@ async def query_agent_states(
         description='JSON object; containment inside `state` (Postgres `@>` semantics on every '
                     'backend), e.g. `{"status": "running", "tools": ["search"]}`.')] = None,
 ) -> Page[AgentStateOut]:
-    page = await AgentStateService(uow, settings).query(
+    page = await AgentStateService(uow).query(
         limit=limit, cursor=cursor, agent_name=agent_name, thread_id=thread_id,
-        state_contains=json_object_param("state_contains", state_contains, settings.max_json_depth),
+        state_contains=json_object_param("state_contains", state_contains, uow.settings.max_json_depth),
     )
     return linked(request, response, page)

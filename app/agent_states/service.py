@@ -10,7 +10,6 @@ from app.core.errors import NotFound
 from app.core.mergepatch import merge_patch
 from app.core.pagination import Page, decode_name_cursor, split_page
 from app.core.revisions import Preconditions, RevisionedResource
-from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.threads.aggregate import ThreadAggregate, thread_path
@@ -23,11 +22,11 @@ def state_path(thread_id: str, agent_name: str) -> str:
 
 
 class AgentStateService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.repo = AgentStateRepository(uow.connection, uow.tenant_id)
-        self.threads = ThreadAggregate(uow, settings)
+        self.threads = ThreadAggregate(uow)
 
     def _resource(self, thread_id: str, agent_name: str) -> RevisionedResource:
         return RevisionedResource(

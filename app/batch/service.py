@@ -36,7 +36,6 @@ from app.batch.schemas import (
 )
 from app.core.errors import AppError, NotFound
 from app.core.revisions import ETagList, Preconditions, etag
-from app.core.settings import Settings
 from app.db.base import AnyRow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
@@ -52,9 +51,9 @@ def _conditions(op: Any) -> Preconditions:
 
 
 class BatchService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
 
     async def run(self, body: BatchIn,
                   idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
@@ -62,7 +61,7 @@ class BatchService:
         Idempotency-Key (scoped to the first operation's thread; to the tenant when the first
         operation is a store operation)."""
         first: str | None = getattr(body.operations[0], "thread_id", None)
-        keys = IdempotencyService(self.uow, self.settings, "batch")
+        keys = IdempotencyService(self.uow, "batch")
         replay = await keys.begin(first, idempotency)
         if replay is not None:
             return replay.body, True
@@ -81,7 +80,7 @@ class BatchService:
             await keys.save(None, idempotency, 200, out)
         elif idempotency is not None and first is not None:
             try:
-                pk = await ThreadAggregate(self.uow, self.settings).live_pk(first)
+                pk = await ThreadAggregate(self.uow).live_pk(first)
             except NotFound:  # the batch deleted it: there is nothing to keep the key with
                 pass
             else:
@@ -100,39 +99,39 @@ class BatchService:
         patched = [thread_id for thread_id, op in first.items() if isinstance(op, ThreadPatchOp)]
         if len(patched) < 2:  # one thread: its patch reads it itself, no statement saved
             return {}
-        return await ThreadAggregate(self.uow, self.settings).lock_all(patched)
+        return await ThreadAggregate(self.uow).lock_all(patched)
 
     async def _apply(self, op: Any, held: dict[str, AnyRow | None]) -> OperationResult:
-        uow, settings, pre = self.uow, self.settings, _conditions(op)
+        uow, pre = self.uow, _conditions(op)
         if isinstance(op, ThreadPut):
-            thread, created = await ThreadService(uow, settings).replace(op.thread_id, op.body,
+            thread, created = await ThreadService(uow).replace(op.thread_id, op.body,
                                                                          pre)
             return OperationResult(status=201 if created else 200, etag=etag(thread.revision),
                                    body=thread.model_dump(mode="json"))
         if isinstance(op, ThreadPatchOp):
-            thread = await ThreadService(uow, settings).patch(op.thread_id, op.body, pre, held)
+            thread = await ThreadService(uow).patch(op.thread_id, op.body, pre, held)
             return OperationResult(status=200, etag=etag(thread.revision),
                                    body=thread.model_dump(mode="json"))
         if isinstance(op, ThreadDelete):
-            await ThreadService(uow, settings).delete(op.thread_id, pre)
+            await ThreadService(uow).delete(op.thread_id, pre)
             return OperationResult(status=204)
         if isinstance(op, MessagesAppend):
-            appended, _ = await MessageService(uow, settings).append(
+            appended, _ = await MessageService(uow).append(
                 op.thread_id, op.body.messages, pre, None)
             return OperationResult(status=201, etag=etag(appended["thread_revision"]),
                                    body=appended)
         if isinstance(op, MessagesRemove):
-            removed = await MessageService(uow, settings).remove(op.thread_id, op.body, pre)
+            removed = await MessageService(uow).remove(op.thread_id, op.body, pre)
             return OperationResult(status=200, etag=etag(removed.thread_revision),
                                    body=removed.model_dump(mode="json"))
         if isinstance(op, MessagesRedact):
-            message, revision = await MessageService(uow, settings).redact(
+            message, revision = await MessageService(uow).redact(
                 op.thread_id, op.message_id, op.body, pre)
             return OperationResult(status=200, etag=etag(revision),
                                    body=message.model_dump(mode="json"))
         if op.op.startswith("store."):
             return await self._store(op, pre)
-        states = AgentStateService(uow, settings)
+        states = AgentStateService(uow)
         if isinstance(op, AgentStatePut):
             state, created = await states.replace(op.thread_id, op.agent_name, op.body, pre)
             return OperationResult(status=201 if created else 200, etag=etag(state.revision),
@@ -146,7 +145,7 @@ class BatchService:
         return OperationResult(status=204)
 
     async def _store(self, op: Any, pre: Preconditions) -> OperationResult:
-        store = StoreService(self.uow, self.settings)
+        store = StoreService(self.uow)
         if isinstance(op, StoreSearch):
             return OperationResult(status=200, body=(await store.search(op.body)).model_dump(
                 mode="json"))

@@ -24,7 +24,7 @@ from app.checkpoints.schemas import (
 from app.checkpoints.service import CheckpointService, checkpoints_path
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
-from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.dependencies import Reader, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param, name_path
 from app.http.preconditions import ThreadIfMatch
@@ -64,12 +64,12 @@ Namespace = Annotated[str, Query(max_length=1024, pattern=r"^[^\x00]*$", descrip
              responses={**responses(409, 410, 412, 413), 200: {"model": CheckpointRef}},
              summary="Store a checkpoint (creates the thread if needed)")
 async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: Response,
-                            uow: Writer, settings: SettingsDep,
+                            uow: Writer,
                             pre: ThreadIfMatch) -> CheckpointRef:
     """Immutable: the same content again is a replay (200), other content under the same
     (namespace, id) is 409 `checkpoint_exists`. 409 `checkpoint_items_missing` names items
     sent by digest that the thread does not hold."""
-    ref, replayed = await CheckpointService(uow, settings).create(thread_id, body, pre)
+    ref, replayed = await CheckpointService(uow).create(thread_id, body, pre)
     response.status_code = 200 if replayed else 201
     response.headers["Location"] = f"{checkpoints_path(thread_id)}/{ref.checkpoint_id}"
     return ref
@@ -78,18 +78,18 @@ async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: R
 @router.post(f"{BASE}/batch", responses=responses(409, 410, 412, 413),
              summary="Store checkpoints and pending writes in one transaction")
 async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn, uow: Writer,
-                            settings: SettingsDep, pre: ThreadIfMatch) -> CheckpointBatchOut:
+                            pre: ThreadIfMatch) -> CheckpointBatchOut:
     """The checkpoints in order, then the writes, each as its own request stores it (a
     replay, a 409, the thread created if needed), in one transaction: all or nothing. A
     saver sends what it was asked to store meanwhile as one request."""
-    return await CheckpointService(uow, settings).batch(thread_id, body, pre)
+    return await CheckpointService(uow).batch(thread_id, body, pre)
 
 
 @router.get(BASE, responses=responses(404),
             summary="List a thread's checkpoints, newest first")
 async def list_checkpoints(
     thread_id: ThreadId, request: Request, response: Response, uow: Reader,
-    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+    limit: Limit = 20, cursor: Cursor = None,
     checkpoint_ns: Annotated[str | None, Query(
         max_length=1024, pattern=r"^[^\x00]*$",
         description="One namespace; every namespace when omitted.")] = None,
@@ -99,9 +99,9 @@ async def list_checkpoints(
         description="JSON object; containment in `metadata` (@>).")] = None,
     items: ItemsMode = "data",
 ) -> Page[CheckpointOut]:
-    page = await CheckpointService(uow, settings).history(
+    page = await CheckpointService(uow).history(
         thread_id, ns=checkpoint_ns, before=before,
-        metadata=json_object_param("metadata", metadata, settings.max_json_depth),
+        metadata=json_object_param("metadata", metadata, uow.settings.max_json_depth),
         limit=limit, cursor=cursor,
         by_digest=items == "digests")
     return linked(request, response, page)
@@ -109,38 +109,38 @@ async def list_checkpoints(
 
 @router.delete(BASE, status_code=204, responses=responses(404, 410, 412),
                summary="Delete every checkpoint of a thread (the thread stays)")
-async def delete_checkpoints(thread_id: ThreadId, uow: Writer, settings: SettingsDep,
+async def delete_checkpoints(thread_id: ThreadId, uow: Writer,
                              pre: ThreadIfMatch) -> Response:
-    await CheckpointService(uow, settings).delete_all(thread_id, pre)
+    await CheckpointService(uow).delete_all(thread_id, pre)
     return Response(status_code=204)
 
 
 @router.post(f"{BASE}/prune", responses=responses(404, 410, 412),
              summary="Keep only the newest checkpoints of each namespace")
 async def prune_checkpoints(thread_id: ThreadId, body: PruneIn, uow: Writer,
-                            settings: SettingsDep, pre: ThreadIfMatch) -> Counted:
+                            pre: ThreadIfMatch) -> Counted:
     """`count`: how many checkpoints were deleted (with their writes, and the values no
     remaining checkpoint refers to)."""
-    return Counted(count=await CheckpointService(uow, settings).prune(thread_id, body.keep,
+    return Counted(count=await CheckpointService(uow).prune(thread_id, body.keep,
                                                                       pre))
 
 
 @router.post(f"{BASE}/copy", responses=responses(404, 410, 412),
              summary="Copy a thread's checkpoints into another thread")
 async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: Writer,
-                           settings: SettingsDep, pre: ThreadIfMatch) -> Counted:
+                           pre: ThreadIfMatch) -> Counted:
     """The target is created if it does not exist; keys it already holds are kept.
     `count`: the checkpoints copied."""
-    return Counted(count=await CheckpointService(uow, settings).copy(thread_id, body.thread_id,
+    return Counted(count=await CheckpointService(uow).copy(thread_id, body.thread_id,
                                                                      pre))
 
 
 @router.get(f"{BASE}/latest", responses=responses(404),
             summary="Get the newest checkpoint of a namespace")
-async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader,
                             checkpoint_ns: Namespace = "",
                             items: ItemsMode = "data") -> CheckpointOut:
-    return await CheckpointService(uow, settings).latest(thread_id, checkpoint_ns,
+    return await CheckpointService(uow).latest(thread_id, checkpoint_ns,
                                                          by_digest=items == "digests")
 
 
@@ -156,53 +156,52 @@ root). What LangGraph's `get_delta_channel_history` answers, in one statement.""
 @router.get(f"{BASE}/latest/delta-history", responses=responses(404, 414, 422),
             summary="Delta channel history of the newest checkpoint of a namespace",
             description=HISTORY)
-async def get_latest_delta_history(thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+async def get_latest_delta_history(thread_id: ThreadId, uow: Reader,
                                    channels: Channels, checkpoint_ns: Namespace = "",
                                    items: ItemsMode = "data") -> DeltaHistoryOut:
-    return await CheckpointService(uow, settings).delta_history(
+    return await CheckpointService(uow).delta_history(
         thread_id, checkpoint_ns, None, channels, by_digest=items == "digests")
 
 
 @router.get(ONE + "/delta-history", responses=responses(404, 414, 422),
             summary="Delta channel history of a checkpoint", description=HISTORY)
 async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
-                            settings: SettingsDep, channels: Channels,
+                            channels: Channels,
                             checkpoint_ns: Namespace = "",
                             items: ItemsMode = "data") -> DeltaHistoryOut:
-    return await CheckpointService(uow, settings).delta_history(
+    return await CheckpointService(uow).delta_history(
         thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests")
 
 
 @router.post(f"{BASE}/items", responses=responses(404),
              summary="Get list items by digest (what ?items=digests left out)")
-async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer,
-                               settings: SettingsDep) -> ItemsOut:
+async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer,) -> ItemsOut:
     """The thread's items with these digests; digests it does not hold are left out. A POST
     (thousands of digests do not fit a URL), so it takes the `write` scope like every POST;
     it changes nothing."""
-    return ItemsOut(data=await CheckpointService(uow, settings).items(thread_id, body.digests))
+    return ItemsOut(data=await CheckpointService(uow).items(thread_id, body.digests))
 
 
 @router.get(ONE, responses=responses(404),
             summary="Get a checkpoint with its values and pending writes")
 async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
-                         settings: SettingsDep, checkpoint_ns: Namespace = "",
+                         checkpoint_ns: Namespace = "",
                          items: ItemsMode = "data") -> CheckpointOut:
-    return await CheckpointService(uow, settings).get(thread_id, checkpoint_ns, checkpoint_id,
+    return await CheckpointService(uow).get(thread_id, checkpoint_ns, checkpoint_id,
                                                       by_digest=items == "digests")
 
 
 @router.post(ONE + "/writes", responses=responses(410, 412),
              summary="Store a task's pending writes (repeats ignored)")
 async def put_checkpoint_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: WritesIn,
-                     uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> Counted:
+                     uow: Writer, pre: ThreadIfMatch) -> Counted:
     """Keyed by (task_id, idx) within the checkpoint: a write whose key is stored is ignored,
     as graph runtimes expect. `count`: the writes sent."""
-    return Counted(count=await CheckpointService(uow, settings).put_writes(
+    return Counted(count=await CheckpointService(uow).put_writes(
         thread_id, checkpoint_id, body, pre))
 
 
 @router.post("/v1/checkpoints/delete-runs", responses=responses(),
              summary="Delete the checkpoints of runs (metadata run_id), in every thread")
-async def delete_checkpoint_runs(body: DeleteRunsIn, uow: Writer, settings: SettingsDep) -> Counted:
-    return Counted(count=await CheckpointService(uow, settings).delete_runs(body.run_ids))
+async def delete_checkpoint_runs(body: DeleteRunsIn, uow: Writer) -> Counted:
+    return Counted(count=await CheckpointService(uow).delete_runs(body.run_ids))

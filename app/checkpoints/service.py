@@ -37,7 +37,6 @@ from app.checkpoints.schemas import (
 from app.core.errors import RevisionMismatch, Unprocessable
 from app.core.pagination import Page, decode_name_cursor, split_page
 from app.core.revisions import Preconditions
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.threads.aggregate import ThreadAggregate, thread_path
@@ -88,11 +87,11 @@ def _split(items: bytes | None) -> list[bytes]:
 
 
 class CheckpointService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.repo = CheckpointRepository(uow.connection, uow.tenant_id)
-        self.threads = ThreadAggregate(uow, settings)
+        self.threads = ThreadAggregate(uow)
 
     async def _writable(self, thread_id: str, pre: Preconditions, *,
                         create: bool = True) -> AnyRow:

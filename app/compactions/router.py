@@ -5,7 +5,7 @@ from fastapi import APIRouter, Request, Response
 from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
 from app.compactions.service import CompactionService, compaction_path
 from app.core.pagination import Page
-from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.dependencies import Reader, Writer
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import CompactionId, ThreadId
@@ -20,13 +20,13 @@ router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compacti
 @router.post("", status_code=201, response_model=CompactionOut,
              responses=responses(404, 409, 410, 412), summary="Compact a run of messages")
 async def create_compaction(
-    thread_id: ThreadId, body: CompactionIn, uow: Writer, settings: SettingsDep,
+    thread_id: ThreadId, body: CompactionIn, uow: Writer,
     pre: ThreadIfMatch, idempotency: IdempotencyDep,
 ) -> Response:
     """Replaces a contiguous run of live messages with a summary, in one transaction and one
     thread revision. 422 `compaction_not_contiguous`, `message_not_live`, `message_not_found`;
     409 `message_exists` (the summary's id), `idempotency_in_flight`."""
-    out, replayed = await CompactionService(uow, settings).create(
+    out, replayed = await CompactionService(uow).create(
         thread_id, body, pre, idempotency
     )
     return created(out, replayed, {"Location": compaction_path(thread_id, out["id"])})
@@ -35,24 +35,23 @@ async def create_compaction(
 @router.get("", responses=responses(404), summary="List a thread's compactions, oldest first")
 async def list_compactions(
     thread_id: ThreadId, request: Request, response: Response, uow: Reader,
-    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+    limit: Limit = 20, cursor: Cursor = None,
 ) -> Page[CompactionOut]:
-    page = await CompactionService(uow, settings).list(thread_id, limit=limit, cursor=cursor)
+    page = await CompactionService(uow).list(thread_id, limit=limit, cursor=cursor)
     return linked(request, response, page)
 
 
 @router.get("/{compaction_id}", responses=responses(404),
             summary="Get a compaction and the messages it replaced")
-async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Reader,
-                         settings: SettingsDep) -> CompactionDetail:
-    return await CompactionService(uow, settings).get(thread_id, compaction_id)
+async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Reader,) -> CompactionDetail:
+    return await CompactionService(uow).get(thread_id, compaction_id)
 
 
 @router.delete("/{compaction_id}", status_code=204,
                responses=responses(404, 409, 410, 412), summary="Revert a compaction")
 async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Writer,
-                            settings: SettingsDep, pre: ThreadIfMatch) -> Response:
+                            pre: ThreadIfMatch) -> Response:
     """The sources are live again, the summary becomes `reverted`, the record leaves the
     list. 409 `compaction_covered` while a later compaction covers the summary."""
-    await CompactionService(uow, settings).revert(thread_id, compaction_id, pre)
+    await CompactionService(uow).revert(thread_id, compaction_id, pre)
     return Response(status_code=204)

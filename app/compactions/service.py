@@ -23,7 +23,6 @@ from app.core.ids import new_id
 from app.core.limits import check_metadata
 from app.core.pagination import Page, bad_cursor, decode_cursor, split_page
 from app.core.revisions import Preconditions
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
@@ -64,12 +63,12 @@ def _repeated(ids: list[str]) -> list[int]:
 
 
 class CompactionService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.repo = CompactionRepository(uow.connection, uow.tenant_id)
         self.messages = MessageRepository(uow.connection, uow.tenant_id)
-        self.threads = ThreadAggregate(uow, settings)
+        self.threads = ThreadAggregate(uow)
 
     async def create(self, thread_id: str, body: CompactionIn, pre: Preconditions,
                      idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
@@ -92,7 +91,7 @@ class CompactionService:
         if repeated:
             raise CompactionNotContiguous("A source message is named twice.",
                                           errors=_source_errors(ids, repeated, "is repeated"))
-        keys = IdempotencyService(self.uow, self.settings, "compactions")
+        keys = IdempotencyService(self.uow, "compactions")
         replay = await keys.begin(thread_id, idempotency)
         if replay is not None:
             return replay.body, True

@@ -113,14 +113,14 @@ class EventWatch:
         else:
             return after or 0
         async with self.db.read() as connection:
-            return await EventService(UnitOfWork(connection, self.principal)).start(cursor,
+            return await EventService(UnitOfWork(connection, self.principal, self.settings)).start(cursor,
                                                                                     after)
 
     async def _page(self, start: int, limit: int, filters: Filters,
                     signal: asyncio.Event) -> Rendered:
         async def read() -> Rendered:
             async with self.db.read() as connection:
-                page = await EventService(UnitOfWork(connection, self.principal)).page(
+                page = await EventService(UnitOfWork(connection, self.principal, self.settings)).page(
                     start, limit, filters)
             return Rendered(page, "".join(
                 f"id: {event_cursor(event.seq)}\ndata: "
@@ -140,7 +140,7 @@ class EventWatch:
         """`list`, but an empty answer waits up to `wait` seconds for an event to commit."""
         if wait <= 0:  # a plain page: one connection, as any read
             async with self.db.read() as connection:
-                return await EventService(UnitOfWork(connection, self.principal)).list(
+                return await EventService(UnitOfWork(connection, self.principal, self.settings)).list(
                     limit=limit, cursor=cursor, after=after, filters=filters)
         start = await self.start(cursor, after)
         loop = asyncio.get_running_loop()

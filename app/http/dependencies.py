@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import Forbidden, InvalidHeader, Unauthorized
 from app.core.principal import Principal
@@ -160,6 +161,10 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 FeedDep = Annotated[Feed, Depends(get_feed)]
 
 
+def _unit(request: Request, connection: AsyncConnection, principal: Principal) -> UnitOfWork:
+    return UnitOfWork(connection, principal, request.app.state.settings)
+
+
 # Each judges the caller first: looking a key up may take a connection of its own, and
 # requests holding theirs while they wait for it would empty the pool (50 first uses of one
 # key did).
@@ -170,7 +175,7 @@ class _ReadUnit(_Key):
         try:
             principal = _allowed(await _caller(request), "read")
             async with request.app.state.db.read() as connection:
-                yield UnitOfWork(connection, principal)
+                yield _unit(request, connection, principal)
         finally:
             request_tenant.set(None)
 
@@ -183,7 +188,7 @@ class _WriteUnit(_Key):
             principal = _allowed(await _caller(request), "write")
             # An exception from the handler leaves the transaction uncommitted: rolled back.
             async with request.app.state.db.write() as connection:
-                uow = UnitOfWork(connection, principal)
+                uow = _unit(request, connection, principal)
                 yield uow
                 await EventRepository(connection, principal.tenant_id).append(principal.actor,
                                                                               uow.events)
@@ -221,10 +226,10 @@ class _RefreshingUnit(_Key):
             principal = _allowed(await _caller(request), "read")
             if not _asks_refresh(request):
                 async with request.app.state.db.read() as connection:
-                    yield UnitOfWork(connection, principal)
+                    yield _unit(request, connection, principal)
                 return
             async with request.app.state.db.write() as connection:
-                yield UnitOfWork(connection, principal)
+                yield _unit(request, connection, principal)
                 await connection.commit()
         finally:
             request_tenant.set(None)

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.errors import IdempotencyInFlight, IdempotencyKeyReused
@@ -49,11 +48,11 @@ class Replay:
 
 
 class IdempotencyService:
-    def __init__(self, uow: UnitOfWork, settings: Settings, endpoint: str) -> None:
+    def __init__(self, uow: UnitOfWork, endpoint: str) -> None:
         self.repo = IdempotencyRepository(uow.connection, uow.tenant_id)
         self.tenant_id = uow.tenant_id
         self.endpoint = endpoint
-        self.ttl = timedelta(hours=settings.idempotency_ttl_hours)
+        self.ttl = timedelta(hours=uow.settings.idempotency_ttl_hours)
 
     async def begin(self, thread_id: str | None,
                     request: IdempotencyRequest | None) -> Replay | None:

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Body, Query, Request, Response
 
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
-from app.http.dependencies import Reader, SecretBoxDep, SettingsDep, Writer
+from app.http.dependencies import Reader, SecretBoxDep, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ServerName
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
@@ -31,12 +31,12 @@ def _no_store(response: Response, include_secrets: bool) -> None:
 
 @router.get("", responses=responses(500), summary="List MCP servers by server_name")
 async def list_mcp_servers(
-    request: Request, response: Response, uow: Reader, settings: SettingsDep,
+    request: Request, response: Response, uow: Reader,
     box: SecretBoxDep, limit: Limit = 20, cursor: Cursor = None,
     server_type: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
     include_secrets: IncludeSecrets = False,
 ) -> Page[McpServerOut]:
-    page = await McpServerService(uow, settings, box).list(
+    page = await McpServerService(uow, box).list(
         limit=limit, cursor=cursor, server_type=server_type, include_secrets=include_secrets
     )
     _no_store(response, include_secrets)
@@ -46,10 +46,10 @@ async def list_mcp_servers(
 @router.get("/{server_name}", response_model=McpServerOut,
             responses={**responses(404, 500), **NOT_MODIFIED}, summary="Get an MCP server's state")
 async def get_mcp_server(
-    server_name: ServerName, response: Response, uow: Reader, settings: SettingsDep,
+    server_name: ServerName, response: Response, uow: Reader,
     box: SecretBoxDep, validator: Validator, include_secrets: IncludeSecrets = False,
 ) -> McpServerOut | Response:
-    server = await McpServerService(uow, settings, box).get(
+    server = await McpServerService(uow, box).get(
         server_name, include_secrets=include_secrets
     )
     _no_store(response, include_secrets)
@@ -60,9 +60,9 @@ async def get_mcp_server(
             responses={**responses(409, 412, 428, 500), 201: {"model": McpServerOut}},
             summary="Create or replace an MCP server's state")
 async def put_mcp_server(server_name: ServerName, body: McpServerReplace, response: Response,
-                         uow: Writer, settings: SettingsDep, box: SecretBoxDep,
+                         uow: Writer, box: SecretBoxDep,
                          pre: Conditions) -> McpServerOut:
-    server, created = await McpServerService(uow, settings, box).replace(server_name, body, pre)
+    server, created = await McpServerService(uow, box).replace(server_name, body, pre)
     if created:
         response.status_code = 201
         response.headers["Location"] = server_path(server_name)
@@ -73,15 +73,15 @@ async def put_mcp_server(server_name: ServerName, body: McpServerReplace, respon
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch an MCP server's state (RFC 7396)")
 async def patch_mcp_server(server_name: ServerName, body: Annotated[McpServerPatch, Body()],
-                           response: Response, uow: Writer, settings: SettingsDep,
+                           response: Response, uow: Writer,
                            box: SecretBoxDep, pre: Conditions) -> McpServerOut:
-    server = await McpServerService(uow, settings, box).patch(server_name, body, pre)
+    server = await McpServerService(uow, box).patch(server_name, body, pre)
     return with_etag(response, server, server.revision)
 
 
 @router.delete("/{server_name}", status_code=204, responses=responses(404, 412, 428),
                summary="Delete an MCP server's state and secrets")
-async def delete_mcp_server(server_name: ServerName, uow: Writer, settings: SettingsDep,
+async def delete_mcp_server(server_name: ServerName, uow: Writer,
                             box: SecretBoxDep, pre: Conditions) -> Response:
-    await McpServerService(uow, settings, box).delete(server_name, pre)
+    await McpServerService(uow, box).delete(server_name, pre)
     return Response(status_code=204)

@@ -17,7 +17,6 @@ from app.core.mergepatch import merge_patch
 from app.core.pagination import Page, decode_name_cursor, split_page
 from app.core.revisions import Preconditions, RevisionedResource
 from app.core.secretbox import SecretBox, require_box, require_opener
-from app.core.settings import Settings
 from app.db.base import utcnow
 from app.db.unit import UnitOfWork
 from app.mcp_servers.errors import UnknownSecret
@@ -33,10 +32,10 @@ def server_path(server_name: str) -> str:
 
 
 class McpServerService:
-    def __init__(self, uow: UnitOfWork, settings: Settings, box: SecretBox | None) -> None:
+    def __init__(self, uow: UnitOfWork, box: SecretBox | None) -> None:
         self.uow = uow
         self.principal = uow.principal
-        self.settings = settings
+        self.settings = uow.settings
         self.box = box
         self.repo = McpServerRepository(uow.connection, uow.tenant_id)
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from app.core.pagination import Page
 from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
-from app.http.dependencies import WRITE_FIRST, Reader, SettingsDep, Writer
+from app.http.dependencies import WRITE_FIRST, Reader, Writer
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
@@ -68,12 +68,12 @@ async def append_body(request: Request) -> list[MessageIn]:
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],
-    uow: Writer, settings: SettingsDep, pre: ThreadIfMatch, idempotency: IdempotencyDep,
+    uow: Writer, pre: ThreadIfMatch, idempotency: IdempotencyDep,
 ) -> Response:
     """Appends in order as one new thread revision; a thread that does not exist is created.
     409 `message_exists` if a client-chosen id is taken (nothing is written),
     409 `idempotency_in_flight`, 422 `idempotency_key_reused`, 410 if the thread was deleted."""
-    body, replayed = await MessageService(uow, settings).append(
+    body, replayed = await MessageService(uow).append(
         thread_id, messages, pre, idempotency
     )
     return created(body, replayed, {"ETag": etag(body["thread_revision"])})
@@ -83,7 +83,7 @@ async def append_messages(
             summary="Page through a thread's messages")
 async def list_messages(
     thread_id: ThreadId, request: Request, uow: Reader,
-    settings: SettingsDep, limit: MessageLimit = 20, cursor: Cursor = None, order: Order = "asc",
+    limit: MessageLimit = 20, cursor: Cursor = None, order: Order = "asc",
     view: Annotated[View, Query(
         description="live: what the model sees (summaries stand in for compacted runs); "
         "full: everything, summaries included.")] = "live",
@@ -97,7 +97,7 @@ async def list_messages(
         description="Only messages stored after this RFC 3339 timestamp (with its offset).")
     ] = None,
 ) -> Response:
-    page = await MessageService(uow, settings).list(
+    page = await MessageService(uow).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,
         before_seq=before_seq, role=role, agent_name=agent_name,
         created_after=created_after, limit=limit,
@@ -106,28 +106,27 @@ async def list_messages(
 
 
 @router.get("/{message_id}", responses=responses(404), summary="Get one message")
-async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,
-                      settings: SettingsDep) -> MessageOut:
-    return await MessageService(uow, settings).get(thread_id, message_id)
+async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,) -> MessageOut:
+    return await MessageService(uow).get(thread_id, message_id)
 
 
 @router.post(":remove", response_model=RemoveOut, responses=responses(404, 409, 410, 412),
              summary="Remove messages: by id, the last n, or a range (trim)")
 async def remove_messages(thread_id: ThreadId, body: MessageRemoval, response: Response,
-                          uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
+                          uow: Writer, pre: ThreadIfMatch) -> RemoveOut:
     """Deletes the messages named (their content leaves the database) as one new thread
     revision, and answers them. 409 `message_compacted` for a message a live compaction
     replaced or wrote; nothing is removed then. Removing nothing takes no revision."""
-    removed = await MessageService(uow, settings).remove(thread_id, body, pre)
+    removed = await MessageService(uow).remove(thread_id, body, pre)
     return with_etag(response, removed, removed.thread_revision)
 
 
 @router.delete("/{message_id}", response_model=RemoveOut,
                responses=responses(404, 409, 410, 412), summary="Remove one message")
 async def delete_message(thread_id: ThreadId, message_id: MessageId, response: Response,
-                         uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> RemoveOut:
+                         uow: Writer, pre: ThreadIfMatch) -> RemoveOut:
     """As `POST .../messages:remove` with `{"ids": [message_id]}`."""
-    removed = await MessageService(uow, settings).remove(
+    removed = await MessageService(uow).remove(
         thread_id, MessageRemoval(ids=[message_id]), pre)
     return with_etag(response, removed, removed.thread_revision)
 
@@ -136,10 +135,10 @@ async def delete_message(thread_id: ThreadId, message_id: MessageId, response: R
               summary="Redact a message: replace its content, item or metadata")
 async def redact_message(thread_id: ThreadId, message_id: MessageId,
                          body: Annotated[MessageRedaction, Body()], response: Response,
-                         uow: Writer, settings: SettingsDep, pre: ThreadIfMatch) -> MessageOut:
+                         uow: Writer, pre: ThreadIfMatch) -> MessageOut:
     """The members sent overwrite the stored ones in place (the old values are not kept),
     as one new thread revision (`ETag`); event `message.redacted`."""
-    message, revision = await MessageService(uow, settings).redact(thread_id, message_id,
+    message, revision = await MessageService(uow).redact(thread_id, message_id,
                                                                   body, pre)
     return with_etag(response, message, revision)
 
@@ -152,7 +151,7 @@ lineage_router = APIRouter(prefix="/v1/messages", tags=["messages"], route_class
                     summary="A message and the ones before it along parent links")
 async def get_message_lineage(
     message_id: MessageId, request: Request, response: Response, uow: Reader,
-    settings: SettingsDep, cursor: Cursor = None,
+    cursor: Cursor = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="The last this many, 1-1000.")] = 100,
 ) -> Page[LineageMessageOut]:
     """The message with this id, in whichever of the tenant's threads holds it, and the
@@ -160,5 +159,5 @@ async def get_message_lineage(
     `limit` of them; `next_cursor` (with `has_more`) continues with the older ones. One query
     however long the history. 404 if no message has the id, 409 `message_ambiguous` if
     several have it (a forked thread keeps its source's ids)."""
-    page = await MessageService(uow, settings).lineage(message_id, limit=limit, cursor=cursor)
+    page = await MessageService(uow).lineage(message_id, limit=limit, cursor=cursor)
     return linked(request, response, page)

@@ -18,7 +18,6 @@ from app.core.pagination import (
     split_page,
 )
 from app.core.revisions import Preconditions
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
@@ -54,18 +53,18 @@ Order = Literal["asc", "desc"]
 
 
 class MessageService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.repo = MessageRepository(uow.connection, uow.tenant_id)
-        self.threads = ThreadAggregate(uow, settings)
+        self.threads = ThreadAggregate(uow)
 
     async def append(self, thread_id: str, messages: list[MessageIn], pre: Preconditions,
                      idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
         """Append one request's messages as one revision. Returns the response body and
         whether it is the replay of an earlier request with the same Idempotency-Key."""
         check_batch(messages, self.settings, "/messages")
-        keys = IdempotencyService(self.uow, self.settings, "messages")
+        keys = IdempotencyService(self.uow, "messages")
         replay = await keys.begin(thread_id, idempotency)
         if replay is not None:
             return replay.body, True
@@ -181,7 +180,7 @@ class MessageService:
         refuse_referenced(await self.repo.referrer(thread_id, row.id, [r.seq for r in rows]),
                           "this removal")
         await self.repo.remove(row.id, [r.seq for r in rows])
-        await IdempotencyService(self.uow, self.settings, "messages").forget_thread(row.id)
+        await IdempotencyService(self.uow, "messages").forget_thread(row.id)
         await self.threads.add_live(row, -sum(r.status == "live" for r in rows))
         self.uow.record("message.removed", messages_path(thread_id), revision=row.revision,
                         thread_id=thread_id)
@@ -213,7 +212,7 @@ class MessageService:
         if "metadata" in sent:
             values["metadata"] = body.metadata or {}
         stored = await self.repo.replace(row.id, message.seq, values) if values else message
-        await IdempotencyService(self.uow, self.settings, "messages").forget_thread(row.id)
+        await IdempotencyService(self.uow, "messages").forget_thread(row.id)
         self.uow.record("message.redacted", f"{messages_path(thread_id)}/{message_id}",
                         revision=row.revision, thread_id=thread_id)
         return MessageOut.from_row(stored), row.revision

@@ -151,8 +151,8 @@ class Retention:
             # One transaction per thread, exactly as a DELETE request: tombstone and event.
             principal = Principal(tenant_id, ACTOR, frozenset())
             async with self.db.write() as connection, connection.begin():
-                uow = UnitOfWork(connection, principal)
-                if await ThreadAggregate(uow, self.settings).expire(thread_id, now) is not None:
+                uow = UnitOfWork(connection, principal, self.settings)
+                if await ThreadAggregate(uow).expire(thread_id, now) is not None:
                     expired += 1
                 await EventRepository(connection, tenant_id).append(ACTOR, uow.events)
             if self.feed is not None:

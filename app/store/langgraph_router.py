@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from app.http.dependencies import Reader, RefreshingReader, SettingsDep, Writer
+from app.http.dependencies import Reader, RefreshingReader, Writer
 from app.http.preconditions import Conditions
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
@@ -34,37 +34,35 @@ ITEMS = "/store/items"
 
 
 @router.put(ITEMS, status_code=204, responses=responses(409, 412, 428))
-async def put_langgraph_store_item(body: LangGraphPut, uow: Writer, settings: SettingsDep,
+async def put_langgraph_store_item(body: LangGraphPut, uow: Writer,
                                    pre: Conditions) -> Response:
-    await LangGraphStore(uow, settings).put(body, pre)
+    await LangGraphStore(uow).put(body, pre)
     return Response(status_code=204)
 
 
 @router.get(ITEMS, response_model=LangGraphItem | None, responses=responses())
 async def get_langgraph_store_item(
-    uow: RefreshingReader, settings: SettingsDep,
+    uow: RefreshingReader,
     namespace: Annotated[str, Query(description="The labels joined with `.`.")],
     key: Annotated[str, Query(min_length=1)],
     refresh_ttl: bool = False,
 ) -> LangGraphItem | None:
     """The item, or `null` when there is none."""
-    return await LangGraphStore(uow, settings).get(namespace, key, refresh_ttl=refresh_ttl)
+    return await LangGraphStore(uow).get(namespace, key, refresh_ttl=refresh_ttl)
 
 
 @router.delete(ITEMS, status_code=204, responses=responses(409, 412, 428))
 async def delete_langgraph_store_item(body: LangGraphDelete, uow: Writer,
-                                      settings: SettingsDep, pre: Conditions) -> Response:
-    await LangGraphStore(uow, settings).delete(body, pre)
+                                      pre: Conditions) -> Response:
+    await LangGraphStore(uow).delete(body, pre)
     return Response(status_code=204)
 
 
 @router.post(f"{ITEMS}/search", response_model=LangGraphSearchPage, responses=responses())
-async def search_langgraph_store_items(body: SearchIn, uow: RefreshingReader,
-                                       settings: SettingsDep) -> LangGraphSearchPage:
-    return await LangGraphStore(uow, settings).search(body)
+async def search_langgraph_store_items(body: SearchIn, uow: RefreshingReader,) -> LangGraphSearchPage:
+    return await LangGraphStore(uow).search(body)
 
 
 @router.post("/store/namespaces", response_model=LangGraphNamespaces, responses=responses())
-async def list_langgraph_store_namespaces(body: NamespacesIn, uow: Reader,
-                                          settings: SettingsDep) -> LangGraphNamespaces:
-    return await LangGraphStore(uow, settings).list_namespaces(body)
+async def list_langgraph_store_namespaces(body: NamespacesIn, uow: Reader,) -> LangGraphNamespaces:
+    return await LangGraphStore(uow).list_namespaces(body)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 
 from app.core.errors import NotFound
 from app.core.revisions import ETagList, Preconditions
-from app.core.settings import Settings
 from app.db.unit import UnitOfWork
 from app.store.schemas import (
     ItemReplace,
@@ -41,8 +40,8 @@ def _or_overwrite(pre: Preconditions) -> Preconditions:
 
 
 class LangGraphStore:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
-        self.store = StoreService(uow, settings)
+    def __init__(self, uow: UnitOfWork) -> None:
+        self.store = StoreService(uow)
 
     def _item(self, labels: Sequence[str], key: str) -> tuple[str, str]:
         """The stored namespace and key of labels and a key sent in a body."""

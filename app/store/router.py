@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from app.core.errors import NotFound
 from app.core.revisions import etag
 from app.core.settings import Settings
-from app.http.dependencies import Reader, RefreshingReader, SettingsDep, Writer
+from app.http.dependencies import Reader, RefreshingReader, Writer
 from app.http.idempotency import IdempotencyDep
 from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional
 from app.http.problems import responses
@@ -40,7 +40,7 @@ _SEGMENTS = ("Each label and the key written as a name: bytes outside `A-Z a-z 0
 
 
 async def _address(
-    request: Request, settings: SettingsDep,
+    request: Request,
     namespace: Annotated[str, Path(
         pattern=rf"^{_LABEL}(/{_LABEL}){{0,9}}$",
         description=f"The namespace's labels joined by `/`, e.g. `users/42/memories`. "
@@ -52,12 +52,9 @@ async def _address(
     (a label holding `/` writes it `@2F`)."""
     if b"%2f" in (request.scope.get("raw_path") or b"").lower():
         raise NotFound("No store item has %2F in its URL; a label's / is written @2F.")
-    address = _addressing(settings)
+    settings: Settings = request.app.state.settings
+    address = Addressing(settings.store_max_namespace_labels, settings.store_max_label_chars)
     return address.path_namespace(namespace), address.path_key(key)
-
-
-def _addressing(settings: Settings) -> Addressing:
-    return Addressing(settings.store_max_namespace_labels, settings.store_max_label_chars)
 
 
 Address = Annotated[tuple[str, str], Depends(_address)]
@@ -85,12 +82,12 @@ def _answer(written: Written, address: tuple[str, str]) -> Response:
 @router.get(ITEM, response_model=ItemOut, responses={**responses(404), **NOT_MODIFIED},
             summary="Get a store item")
 async def get_store_item(
-    address: Address, response: Response, uow: RefreshingReader, settings: SettingsDep,
+    address: Address, response: Response, uow: RefreshingReader,
     validator: Validator,
     refresh_ttl: Annotated[bool, Query(
         description="Restart the item's time to live (when it has one).")] = False,
 ) -> Response:
-    item = await StoreService(uow, settings).get(*address, refresh_ttl=refresh_ttl)
+    item = await StoreService(uow).get(*address, refresh_ttl=refresh_ttl)
     answer = conditional(response, item, item.revision, validator)
     if isinstance(answer, Response):
         return answer
@@ -101,11 +98,11 @@ async def get_store_item(
             responses={**responses(404, 409, 412, 428), 201: {"model": ItemOut}},
             summary="Create or replace a store item")
 async def put_store_item(address: Address, body: ItemReplace, uow: Writer,
-                         settings: SettingsDep, pre: Conditions,
+                         pre: Conditions,
                          idempotency: IdempotencyDep) -> Response:
     """201 with `Location` when it creates, else 200; `ETag` either way. Section 2 applies
     (`If-None-Match: *` creates only; an existing item needs `If-Match`)."""
-    written = await StoreService(uow, settings).put(*address, body, pre, idempotency)
+    written = await StoreService(uow).put(*address, body, pre, idempotency)
     return _answer(written, address)
 
 
@@ -113,39 +110,37 @@ async def put_store_item(address: Address, body: ItemReplace, uow: Writer,
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch a store item (RFC 7396)")
 async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()], uow: Writer,
-                           settings: SettingsDep, pre: Conditions,
+                           pre: Conditions,
                            idempotency: IdempotencyDep) -> Response:
-    written = await StoreService(uow, settings).patch(*address, body, pre, idempotency)
+    written = await StoreService(uow).patch(*address, body, pre, idempotency)
     return _answer(written, address)
 
 
 @router.delete(ITEM, status_code=204, responses=responses(404, 409, 412, 428),
                summary="Delete a store item")
-async def delete_store_item(address: Address, uow: Writer, settings: SettingsDep,
+async def delete_store_item(address: Address, uow: Writer,
                             pre: Conditions, idempotency: IdempotencyDep) -> Response:
-    written = await StoreService(uow, settings).delete(*address, pre, idempotency)
+    written = await StoreService(uow).delete(*address, pre, idempotency)
     return _answer(written, address)
 
 
 @router.post("/v1/store/items/search", response_model=SearchPage, responses=responses(),
              openapi_extra=READ_ONLY,
              summary="Search store items by namespace prefix, filter, text and vector")
-async def search_store_items(body: SearchIn, uow: RefreshingReader,
-                             settings: SettingsDep) -> Response:
+async def search_store_items(body: SearchIn, uow: RefreshingReader,) -> Response:
     """Without `query` or `vector`: the matching items, most recently updated first. With
     `query`: full-text relevance; with `vector`: similarity to it (exact; approximate, by
     HNSW, on a large index where Postgres has pgvector); with both:
     reciprocal rank fusion of the two rankings. Needs only the `read` scope."""
-    return _json(await StoreService(uow, settings).search(body))
+    return _json(await StoreService(uow).search(body))
 
 
 @router.post("/v1/store/namespaces", response_model=NamespacePage, responses=responses(),
              openapi_extra=READ_ONLY, summary="List the namespaces of store items")
-async def list_store_namespaces(body: NamespacesIn, uow: Reader,
-                                settings: SettingsDep) -> NamespacePage:
+async def list_store_namespaces(body: NamespacesIn, uow: Reader,) -> NamespacePage:
     """Namespaces holding at least one live item, in label order, filtered by `prefix` and
     `suffix` (`*` matches any one label) and cut to `max_depth`. Needs only the `read`
     scope."""
-    return await StoreService(uow, settings).list_namespaces(body)
+    return await StoreService(uow).list_namespaces(body)
 
 

@@ -14,7 +14,6 @@ from app.core.errors import NotFound, Unprocessable
 from app.core.jsonutil import dumps
 from app.core.mergepatch import merge_patch
 from app.core.revisions import Preconditions, RevisionedResource, revision_of_tag
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
@@ -61,13 +60,13 @@ def scoped(request: IdempotencyRequest | None, method: str,
 
 
 class StoreService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.now = utcnow()
         self.repo = StoreRepository(uow.connection, uow.tenant_id, self.now)
-        self.address = Addressing(settings.store_max_namespace_labels,
-                                  settings.store_max_label_chars)
+        self.address = Addressing(self.settings.store_max_namespace_labels,
+                                  self.settings.store_max_label_chars)
 
     # --- one item -----------------------------------------------------------------------
 
@@ -278,7 +277,7 @@ class StoreService:
     async def _once(self, method: str, namespace: str, key: str,
                     request: IdempotencyRequest | None,
                     run: Callable[[], Awaitable[tuple[int, dict[str, Any] | None]]]) -> Written:
-        keys = IdempotencyService(self.uow, self.settings, ENDPOINT)
+        keys = IdempotencyService(self.uow, ENDPOINT)
         request = scoped(request, method, item_path(namespace, key))
         replay = await keys.begin(None, request)
         if replay is not None:

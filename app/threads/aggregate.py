@@ -14,7 +14,6 @@ from typing import Any, NoReturn
 
 from app.core.errors import NotFound, RevisionMismatch
 from app.core.revisions import Preconditions, check_preconditions
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.messages.errors import refuse_referenced
@@ -36,9 +35,9 @@ def _deleted(thread_id: str, hint: str = "") -> ThreadDeleted:
 
 
 class ThreadAggregate:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
+        self.settings = uow.settings
         self.repo = ThreadRepository(uow.connection, uow.tenant_id)
 
     def record(self, change: str, thread_id: str, revision: int) -> None:

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from app.core.pagination import Page
 from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp, Name
-from app.http.dependencies import Reader, SettingsDep, Writer
+from app.http.dependencies import Reader, Writer
 from app.http.pagination import Cursor, Limit, linked, linked_json
 from app.http.params import ThreadId, json_object_param
 from app.http.preconditions import (
@@ -41,9 +41,8 @@ MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components
 
 
 @router.post("", status_code=201, responses=responses(409), summary="Create a thread")
-async def create_thread(body: ThreadCreate, response: Response, uow: Writer,
-                        settings: SettingsDep) -> ThreadOut:
-    thread = await ThreadService(uow, settings).create(body)
+async def create_thread(body: ThreadCreate, response: Response, uow: Writer,) -> ThreadOut:
+    thread = await ThreadService(uow).create(body)
     response.headers["Location"] = thread_path(thread.thread_id)
     return with_etag(response, thread, thread.revision)
 
@@ -52,7 +51,7 @@ async def create_thread(body: ThreadCreate, response: Response, uow: Writer,
             response_model_exclude_unset=True,
             summary="List threads, newest first (created or updated)")
 async def list_threads(
-    request: Request, response: Response, uow: Reader, settings: SettingsDep,
+    request: Request, response: Response, uow: Reader,
     limit: Limit = 20, cursor: Cursor = None,
     metadata: Annotated[str | None, Query(description="JSON object; containment (@>).")] = None,
     updated_after: Annotated[AwareTimestamp | None, Query(
@@ -71,9 +70,9 @@ async def list_threads(
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "each thread's page size, 1-1000.")] = 100,
 ) -> Page[ThreadOut] | Response:
-    service = ThreadService(uow, settings)
+    service = ThreadService(uow)
     filters = {"limit": limit, "cursor": cursor, "updated_after": updated_after,
-               "metadata": json_object_param("metadata", metadata, settings.max_json_depth),
+               "metadata": json_object_param("metadata", metadata, uow.settings.max_json_depth),
                "order_by": order_by, "thread_ids": thread_id, "forked_from": forked_from}
     if include == "messages":
         return linked_json(request, await service.list_with_messages(
@@ -85,14 +84,14 @@ async def list_threads(
             response_model=ThreadWithMessages, response_model_exclude_unset=True,
             summary="Get a thread")
 async def get_thread(
-    thread_id: ThreadId, response: Response, uow: Reader, settings: SettingsDep,
+    thread_id: ThreadId, response: Response, uow: Reader,
     validator: Validator,
     include: Annotated[Literal["messages"] | None, Query(
         description="`messages`: add the first page of the live view as `messages`.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "page size, 1-1000.")] = 100,
 ) -> ThreadOut | Response:
-    service = ThreadService(uow, settings)
+    service = ThreadService(uow)
     if include != "messages":
         thread = await service.get(thread_id)
         return conditional_json(thread, thread.revision, validator, exclude_unset=True)
@@ -107,8 +106,8 @@ async def get_thread(
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
             response_model=ThreadOut, summary="Create or replace a thread")
 async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: Writer,
-                     settings: SettingsDep, pre: Conditions) -> Response:
-    thread, created = await ThreadService(uow, settings).replace(thread_id, body, pre)
+                     pre: Conditions) -> Response:
+    thread, created = await ThreadService(uow).replace(thread_id, body, pre)
     if created:
         return json_with_etag(thread, thread.revision, status_code=201,
                               headers={"Location": thread_path(thread_id)})
@@ -119,17 +118,17 @@ async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: Writer,
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch a thread (RFC 7396)")
 async def patch_thread(thread_id: ThreadId, body: Annotated[ThreadPatch, Body()],
-                       response: Response, uow: Writer, settings: SettingsDep,
+                       response: Response, uow: Writer,
                        pre: Conditions) -> ThreadOut:
-    thread = await ThreadService(uow, settings).patch(thread_id, body, pre)
+    thread = await ThreadService(uow).patch(thread_id, body, pre)
     return with_etag(response, thread, thread.revision)
 
 
 @router.delete("/{thread_id}", status_code=204, responses=responses(404, 410, 412, 428),
                summary="Delete a thread and everything in it")
-async def delete_thread(thread_id: ThreadId, uow: Writer, settings: SettingsDep,
+async def delete_thread(thread_id: ThreadId, uow: Writer,
                         pre: Conditions) -> Response:
-    await ThreadService(uow, settings).delete(thread_id, pre)
+    await ThreadService(uow).delete(thread_id, pre)
     return Response(status_code=204)
 
 
@@ -137,30 +136,29 @@ async def delete_thread(thread_id: ThreadId, uow: Writer, settings: SettingsDep,
             summary="List a thread's kept state history, newest first")
 async def list_thread_revisions(
     thread_id: ThreadId, request: Request, response: Response, uow: Reader,
-    settings: SettingsDep, limit: Limit = 20, cursor: Cursor = None,
+    limit: Limit = 20, cursor: Cursor = None,
 ) -> Page[ThreadRevisionOut]:
     """One entry per write that set the state or metadata (create, PUT, PATCH), kept for the
     thread's last `history_limit` revisions."""
-    page = await ThreadService(uow, settings).revisions(thread_id, limit=limit, cursor=cursor)
+    page = await ThreadService(uow).revisions(thread_id, limit=limit, cursor=cursor)
     return linked(request, response, page)
 
 
 @router.get("/{thread_id}/revisions/{revision}", responses=responses(404),
             summary="Get a thread's state and metadata as they were at a revision")
 async def get_thread_revision(
-    thread_id: ThreadId, uow: Reader, settings: SettingsDep,
+    thread_id: ThreadId, uow: Reader,
     revision: Annotated[int, Path(ge=1, le=2**62)],
 ) -> ThreadRevisionOut:
-    return await ThreadService(uow, settings).revision(thread_id, revision)
+    return await ThreadService(uow).revision(thread_id, revision)
 
 
 @router.post("/{thread_id}/fork", status_code=201, responses=responses(404, 412),
              summary="Fork a thread at a revision into a new thread")
-async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response, uow: Writer,
-                      settings: SettingsDep) -> ThreadOut:
+async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response, uow: Writer,) -> ThreadOut:
     """The new thread gets the state and metadata of that revision, the messages and
     compactions as they were then, and the agent states. 412 `already_exists` if the new id
     is a live thread; 422 `revision_not_kept` for a revision outside the kept history."""
-    thread = await ThreadService(uow, settings).fork(thread_id, body)
+    thread = await ThreadService(uow).fork(thread_id, body)
     response.headers["Location"] = thread_path(thread.thread_id)
     return with_etag(response, thread, thread.revision)

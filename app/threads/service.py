@@ -21,7 +21,6 @@ from app.core.pagination import (
 )
 from app.core.revisions import Preconditions, check_preconditions
 from app.core.schemas import parse_timestamp
-from app.core.settings import Settings
 from app.db.base import AnyRow, utcnow
 from app.db.unit import UnitOfWork
 from app.messages.errors import refuse_taken
@@ -64,10 +63,10 @@ def _values(body: ThreadCreate | ThreadReplace, *, create: bool = False) -> dict
 
 
 class ThreadService:
-    def __init__(self, uow: UnitOfWork, settings: Settings) -> None:
+    def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = settings
-        self.threads = ThreadAggregate(uow, settings)
+        self.settings = uow.settings
+        self.threads = ThreadAggregate(uow)
         self.repo = ThreadRepository(uow.connection, uow.tenant_id)
 
     async def create(self, body: ThreadCreate) -> ThreadOut:
