@@ -96,6 +96,15 @@ async def test_bad_keys_are_400(client: httpx.AsyncClient, uid: str, key: str) -
     assert response.status_code == 400 and response.json()["code"] == "invalid_header"
 
 
+async def test_two_keys_are_400(client: httpx.AsyncClient, uid: str) -> None:
+    """Which of two Idempotency-Key lines counts is not ours to guess."""
+    response = await client.post(f"/v1/threads/{uid}/messages", json=BODY,
+                                 headers=[("Idempotency-Key", "a"), ("Idempotency-Key", "b")])
+    assert response.status_code == 400 and response.json()["code"] == "invalid_header"
+    assert "one Idempotency-Key" in response.json()["detail"]
+    assert (await client.get(f"/v1/threads/{uid}")).status_code == 404
+
+
 async def test_concurrent_retries_write_once(app, uid: str) -> None:
     clients = [httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
                for _ in range(10)]

@@ -232,6 +232,32 @@ async def test_header_parameters_are_spelled_one_way(spec: dict[str, Any], metho
             assert any("pattern" in schema for schema in schemas), parameter
 
 
+BODYLESS = [(m, p) for m, p in OPERATIONS if m in ("get", "delete") and takes_keys(p)
+            and not p.endswith("/stream")]
+
+
+@pytest.mark.parametrize("header", ["If-Match", "If-None-Match", "Idempotency-Key"])
+async def test_the_headers_read_are_the_headers_declared(spec: dict[str, Any],
+                                                         client: httpx.AsyncClient,
+                                                         header: str) -> None:
+    """These headers are read by the dependencies themselves and declared in the document
+    by app/http/openapi.py, not by FastAPI from a parameter: an operation reads a header
+    (a malformed value is a 400 `invalid_header`) exactly when the document declares it."""
+    value = "x" * 300 if header == "Idempotency-Key" else "no-quotes"
+    reads, declares = set(), set()
+    for method, path in BODYLESS:
+        url = re.sub(r"\{[^}]+\}", "some-name", path)
+        answer = await client.request(method.upper(), url, headers={header: value})
+        if answer.status_code == 400 and answer.json()["code"] == "invalid_header":
+            reads.add(f"{method.upper()} {path}")
+        if header in {p["name"] for p in op(spec, method, path).get("parameters", [])}:
+            declares.add(f"{method.upper()} {path}")
+    assert reads == declares
+    if header == "If-Match":  # the check sees something: the revisioned GETs and DELETEs
+        assert "GET /v1/threads/{thread_id}" in reads
+        assert "DELETE /v1/threads/{thread_id}/messages/{message_id}" in reads
+
+
 def admits_null(schema: dict[str, Any]) -> bool:
     return (schema.get("type") == "null" or "null" in (schema.get("type") or [])
             or any(admits_null(branch) for branch in schema.get("anyOf", [])))

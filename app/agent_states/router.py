@@ -8,10 +8,10 @@ from app.agent_states.schemas import AgentStateOut, AgentStatePatch, AgentStateR
 from app.agent_states.service import AgentStateService, state_path
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
-from app.http.dependencies import Reader, Writer
+from app.http.dependencies import ConditionalReader, ConditionalWriter, Reader
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import AgentName, ThreadId, json_object_param
-from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional, with_etag
+from app.http.preconditions import NOT_MODIFIED, conditional, with_etag
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 
@@ -25,19 +25,17 @@ MERGE_PATCH = {"application/merge-patch+json": {
 @router.get(STATE, response_model=AgentStateOut, responses={**responses(404), **NOT_MODIFIED},
             summary="Get an agent's state in a thread")
 async def get_agent_state(thread_id: ThreadId, agent_name: AgentName, response: Response,
-                          uow: Reader,
-                          validator: Validator) -> AgentStateOut | Response:
+                          uow: ConditionalReader) -> AgentStateOut | Response:
     state = await AgentStateService(uow).get(thread_id, agent_name)
-    return conditional(response, state, state.revision, validator)
+    return conditional(response, state, state.revision, uow.preconditions)
 
 
 @router.put(STATE, responses={**responses(409, 410, 412, 428), 201: {"model": AgentStateOut}},
             summary="Create or replace an agent's state (creates the thread if needed)")
 async def put_agent_state(thread_id: ThreadId, agent_name: AgentName, body: AgentStateReplace,
-                          response: Response, uow: Writer,
-                          pre: Conditions) -> AgentStateOut:
+                          response: Response, uow: ConditionalWriter) -> AgentStateOut:
     state, created = await AgentStateService(uow).replace(
-        thread_id, agent_name, body, pre
+        thread_id, agent_name, body, uow.preconditions
     )
     if created:
         response.status_code = 201
@@ -50,17 +48,15 @@ async def put_agent_state(thread_id: ThreadId, agent_name: AgentName, body: Agen
               summary="Merge-patch an agent's state (RFC 7396)")
 async def patch_agent_state(thread_id: ThreadId, agent_name: AgentName,
                             body: Annotated[AgentStatePatch, Body()], response: Response,
-                            uow: Writer,
-                            pre: Conditions) -> AgentStateOut:
-    state = await AgentStateService(uow).patch(thread_id, agent_name, body, pre)
+                            uow: ConditionalWriter) -> AgentStateOut:
+    state = await AgentStateService(uow).patch(thread_id, agent_name, body, uow.preconditions)
     return with_etag(response, state, state.revision)
 
 
 @router.delete(STATE, status_code=204, responses=responses(404, 410, 412, 428),
                summary="Delete an agent's state")
-async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName, uow: Writer,
-                             pre: Conditions) -> Response:
-    await AgentStateService(uow).delete(thread_id, agent_name, pre)
+async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName, uow: ConditionalWriter) -> Response:
+    await AgentStateService(uow).delete(thread_id, agent_name, uow.preconditions)
     return Response(status_code=204)
 
 

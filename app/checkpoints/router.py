@@ -24,10 +24,9 @@ from app.checkpoints.schemas import (
 from app.checkpoints.service import CheckpointService, checkpoints_path
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
-from app.http.dependencies import Reader, Writer
+from app.http.dependencies import IfMatchWriter, Reader, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param, name_path
-from app.http.preconditions import ThreadIfMatch
 from app.http.problems import responses
 
 router = APIRouter(tags=["checkpoints"])
@@ -64,12 +63,11 @@ Namespace = Annotated[str, Query(max_length=1024, pattern=r"^[^\x00]*$", descrip
              responses={**responses(409, 410, 412, 413), 200: {"model": CheckpointRef}},
              summary="Store a checkpoint (creates the thread if needed)")
 async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: Response,
-                            uow: Writer,
-                            pre: ThreadIfMatch) -> CheckpointRef:
+                            uow: IfMatchWriter) -> CheckpointRef:
     """Immutable: the same content again is a replay (200), other content under the same
     (namespace, id) is 409 `checkpoint_exists`. 409 `checkpoint_items_missing` names items
     sent by digest that the thread does not hold."""
-    ref, replayed = await CheckpointService(uow).create(thread_id, body, pre)
+    ref, replayed = await CheckpointService(uow).create(thread_id, body, uow.preconditions)
     response.status_code = 200 if replayed else 201
     response.headers["Location"] = f"{checkpoints_path(thread_id)}/{ref.checkpoint_id}"
     return ref
@@ -77,12 +75,11 @@ async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: R
 
 @router.post(f"{BASE}/batch", responses=responses(409, 410, 412, 413),
              summary="Store checkpoints and pending writes in one transaction")
-async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn, uow: Writer,
-                            pre: ThreadIfMatch) -> CheckpointBatchOut:
+async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn, uow: IfMatchWriter) -> CheckpointBatchOut:
     """The checkpoints in order, then the writes, each as its own request stores it (a
     replay, a 409, the thread created if needed), in one transaction: all or nothing. A
     saver sends what it was asked to store meanwhile as one request."""
-    return await CheckpointService(uow).batch(thread_id, body, pre)
+    return await CheckpointService(uow).batch(thread_id, body, uow.preconditions)
 
 
 @router.get(BASE, responses=responses(404),
@@ -109,30 +106,27 @@ async def list_checkpoints(
 
 @router.delete(BASE, status_code=204, responses=responses(404, 410, 412),
                summary="Delete every checkpoint of a thread (the thread stays)")
-async def delete_checkpoints(thread_id: ThreadId, uow: Writer,
-                             pre: ThreadIfMatch) -> Response:
-    await CheckpointService(uow).delete_all(thread_id, pre)
+async def delete_checkpoints(thread_id: ThreadId, uow: IfMatchWriter) -> Response:
+    await CheckpointService(uow).delete_all(thread_id, uow.preconditions)
     return Response(status_code=204)
 
 
 @router.post(f"{BASE}/prune", responses=responses(404, 410, 412),
              summary="Keep only the newest checkpoints of each namespace")
-async def prune_checkpoints(thread_id: ThreadId, body: PruneIn, uow: Writer,
-                            pre: ThreadIfMatch) -> Counted:
+async def prune_checkpoints(thread_id: ThreadId, body: PruneIn, uow: IfMatchWriter) -> Counted:
     """`count`: how many checkpoints were deleted (with their writes, and the values no
     remaining checkpoint refers to)."""
     return Counted(count=await CheckpointService(uow).prune(thread_id, body.keep,
-                                                                      pre))
+                                                                      uow.preconditions))
 
 
 @router.post(f"{BASE}/copy", responses=responses(404, 410, 412),
              summary="Copy a thread's checkpoints into another thread")
-async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: Writer,
-                           pre: ThreadIfMatch) -> Counted:
+async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: IfMatchWriter) -> Counted:
     """The target is created if it does not exist; keys it already holds are kept.
     `count`: the checkpoints copied."""
     return Counted(count=await CheckpointService(uow).copy(thread_id, body.thread_id,
-                                                                     pre))
+                                                                     uow.preconditions))
 
 
 @router.get(f"{BASE}/latest", responses=responses(404),
@@ -194,11 +188,11 @@ async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: 
 @router.post(ONE + "/writes", responses=responses(410, 412),
              summary="Store a task's pending writes (repeats ignored)")
 async def put_checkpoint_writes(thread_id: ThreadId, checkpoint_id: CheckpointId, body: WritesIn,
-                     uow: Writer, pre: ThreadIfMatch) -> Counted:
+                     uow: IfMatchWriter) -> Counted:
     """Keyed by (task_id, idx) within the checkpoint: a write whose key is stored is ignored,
     as graph runtimes expect. `count`: the writes sent."""
     return Counted(count=await CheckpointService(uow).put_writes(
-        thread_id, checkpoint_id, body, pre))
+        thread_id, checkpoint_id, body, uow.preconditions))
 
 
 @router.post("/v1/checkpoints/delete-runs", responses=responses(),

@@ -5,11 +5,10 @@ from fastapi import APIRouter, Request, Response
 from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
 from app.compactions.service import CompactionService, compaction_path
 from app.core.pagination import Page
-from app.http.dependencies import Reader, Writer
+from app.http.dependencies import IfMatchWriter, Reader
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import CompactionId, ThreadId
-from app.http.preconditions import ThreadIfMatch
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 
@@ -20,14 +19,13 @@ router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compacti
 @router.post("", status_code=201, response_model=CompactionOut,
              responses=responses(404, 409, 410, 412), summary="Compact a run of messages")
 async def create_compaction(
-    thread_id: ThreadId, body: CompactionIn, uow: Writer,
-    pre: ThreadIfMatch, idempotency: IdempotencyDep,
+    thread_id: ThreadId, body: CompactionIn, uow: IfMatchWriter, idempotency: IdempotencyDep,
 ) -> Response:
     """Replaces a contiguous run of live messages with a summary, in one transaction and one
     thread revision. 422 `compaction_not_contiguous`, `message_not_live`, `message_not_found`;
     409 `message_exists` (the summary's id), `idempotency_in_flight`."""
     out, replayed = await CompactionService(uow).create(
-        thread_id, body, pre, idempotency
+        thread_id, body, uow.preconditions, idempotency
     )
     return created(out, replayed, {"Location": compaction_path(thread_id, out["id"])})
 
@@ -49,9 +47,8 @@ async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: 
 
 @router.delete("/{compaction_id}", status_code=204,
                responses=responses(404, 409, 410, 412), summary="Revert a compaction")
-async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Writer,
-                            pre: ThreadIfMatch) -> Response:
+async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: IfMatchWriter) -> Response:
     """The sources are live again, the summary becomes `reverted`, the record leaves the
     list. 409 `compaction_covered` while a later compaction covers the summary."""
-    await CompactionService(uow).revert(thread_id, compaction_id, pre)
+    await CompactionService(uow).revert(thread_id, compaction_id, uow.preconditions)
     return Response(status_code=204)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.principal import Principal
+from app.core.revisions import NONE, Preconditions
 from app.core.settings import Settings
 
 
@@ -35,6 +36,8 @@ class UnitOfWork:
     # The application's settings, carried here so a route needs no dependency of its own
     # for them (each level of dependencies costs about 200 Python calls a request).
     settings: Settings
+    # The precondition headers the route reads (If-Match, If-None-Match), parsed.
+    preconditions: Preconditions = NONE
     events: list[PendingEvent] = field(default_factory=list)
 
     @property

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import Forbidden, InvalidHeader, Unauthorized
 from app.core.principal import Principal
+from app.core.revisions import Preconditions
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
 from app.db.engine import Database
@@ -24,6 +25,8 @@ from app.db.tenancy import request_tenant
 from app.db.unit import UnitOfWork
 from app.events.feed import Feed
 from app.events.repository import EventRepository
+from app.http.params import DeclaredHeader
+from app.http.preconditions import CONDITIONS, THREAD_IF_MATCH, VALIDATOR, read_preconditions
 from app.http.routing import PARSED_BODY
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
@@ -108,13 +111,16 @@ class _Key(HTTPBearer):
     """A dependency that judges who is calling. An `HTTPBearer`, so the OpenAPI document
     declares the bearer scheme on every operation that depends on it, but it reads the key
     headers itself (`_caller`: errors are ours, and under `SDK_PREFIX` the key may come as
-    `x-api-key`). The units of work below are keys too: the key and the transaction are one
-    dependency, not two levels of them, on every request (docs/PERFORMANCE.md, "A cheaper
-    request"). Each resets the tenant when it ends."""
+    `x-api-key`). The units of work below are keys too, and read the precondition headers
+    they are built with (`declared_headers`, into `uow.preconditions`): the key, the
+    preconditions and the transaction are one dependency, not three levels of them, on
+    every request (docs/PERFORMANCE.md, "A cheaper request"). Each resets the tenant when it
+    ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, *headers: DeclaredHeader) -> None:
         super().__init__(auto_error=False, scheme_name="ApiKey",
                          description="An API key from `agentstate keys create`.")
+        self.declared_headers = headers
 
 
 def _allowed(principal: Principal, scope: str) -> Principal:
@@ -161,8 +167,9 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 FeedDep = Annotated[Feed, Depends(get_feed)]
 
 
-def _unit(request: Request, connection: AsyncConnection, principal: Principal) -> UnitOfWork:
-    return UnitOfWork(connection, principal, request.app.state.settings)
+def _unit(request: Request, connection: AsyncConnection, principal: Principal,
+          preconditions: Preconditions) -> UnitOfWork:
+    return UnitOfWork(connection, principal, request.app.state.settings, preconditions)
 
 
 # Each judges the caller first: looking a key up may take a connection of its own, and
@@ -174,8 +181,9 @@ class _ReadUnit(_Key):
     ) -> AsyncIterator[UnitOfWork]:
         try:
             principal = _allowed(await _caller(request), "read")
+            pre = read_preconditions(request, self.declared_headers)
             async with request.app.state.db.read() as connection:
-                yield _unit(request, connection, principal)
+                yield _unit(request, connection, principal, pre)
         finally:
             request_tenant.set(None)
 
@@ -186,9 +194,10 @@ class _WriteUnit(_Key):
     ) -> AsyncIterator[UnitOfWork]:
         try:
             principal = _allowed(await _caller(request), "write")
+            pre = read_preconditions(request, self.declared_headers)
             # An exception from the handler leaves the transaction uncommitted: rolled back.
             async with request.app.state.db.write() as connection:
-                uow = _unit(request, connection, principal)
+                uow = _unit(request, connection, principal, pre)
                 yield uow
                 await EventRepository(connection, principal.tenant_id).append(principal.actor,
                                                                               uow.events)
@@ -224,12 +233,13 @@ class _RefreshingUnit(_Key):
     ) -> AsyncIterator[UnitOfWork]:
         try:
             principal = _allowed(await _caller(request), "read")
+            pre = read_preconditions(request, self.declared_headers)
             if not _asks_refresh(request):
                 async with request.app.state.db.read() as connection:
-                    yield _unit(request, connection, principal)
+                    yield _unit(request, connection, principal, pre)
                 return
             async with request.app.state.db.write() as connection:
-                yield _unit(request, connection, principal)
+                yield _unit(request, connection, principal, pre)
                 await connection.commit()
         finally:
             request_tenant.set(None)
@@ -240,3 +250,10 @@ class _RefreshingUnit(_Key):
 Reader = Annotated[UnitOfWork, Depends(_ReadUnit(), scope="function")]
 Writer = Annotated[UnitOfWork, Depends(_WriteUnit(), scope="function")]
 RefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(), scope="function")]
+# With `uow.preconditions`: GET of a revisioned resource (304, 412), writes to one (RFC 9110
+# section 13.2.2), writes to a thread's children (If-Match only, on the thread).
+ConditionalReader = Annotated[UnitOfWork, Depends(_ReadUnit(*VALIDATOR), scope="function")]
+ConditionalRefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(*VALIDATOR),
+                                                            scope="function")]
+ConditionalWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*CONDITIONS), scope="function")]
+IfMatchWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*THREAD_IF_MATCH), scope="function")]

@@ -4,25 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
 from app.core.errors import InvalidHeader
+from app.http.params import DeclaredHeader, declares
 from app.idempotency.service import IdempotencyRequest
 
 
-async def _idempotency_request(
-    request: Request,
-    idempotency_key: Annotated[str | None, Header(
-        alias="Idempotency-Key",
-        description="Makes a retry safe: the same key and body replay the first response "
-        "(kept at least 24 h). 1-255 printable ASCII characters; a quoted "
-        "structured-field string is accepted too.",
-    )] = None,
-) -> IdempotencyRequest | None:
-    if idempotency_key is None:
+@declares(DeclaredHeader(
+    "Idempotency-Key", "Makes a retry safe: the same key and body replay the first response "
+    "(kept at least 24 h). 1-255 printable ASCII characters; a quoted structured-field string "
+    "is accepted too."))
+async def _idempotency_request(request: Request) -> IdempotencyRequest | None:
+    lines = request.headers.getlist("idempotency-key")
+    if not lines:
         return None
-    key = idempotency_key.strip()
+    if len(lines) > 1:
+        raise InvalidHeader("Send one Idempotency-Key header, not several.")
+    key = lines[0].strip()
     if len(key) >= 2 and key[0] == key[-1] == '"':  # sf-string form of the IETF draft
         key = key[1:-1]
     if not 0 < len(key) <= 255 or not all(" " <= char <= "~" for char in key):

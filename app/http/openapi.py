@@ -17,12 +17,15 @@ from importlib.resources import files
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.dependencies.models import Dependant
 from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, iter_route_contexts
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, Response
+from starlette.routing import BaseRoute
 
 from app.core.errors import NotFound
+from app.http.params import DeclaredHeader
 from app.http.problems import DESCRIPTIONS, PROBLEM_JSON
 
 PROBLEM = {"$ref": "#/components/schemas/Problem"}
@@ -217,6 +220,39 @@ def _complete_operation(path: str, method: str, op: dict[str, Any]) -> None:
             media["example"] = example
 
 
+def _declared_headers(dependant: Dependant) -> list[DeclaredHeader]:
+    """The headers the dependencies of a route read themselves, in the order FastAPI solves
+    them (app/http/params.py, `DeclaredHeader`)."""
+    found: list[DeclaredHeader] = []
+    for dependency in dependant.dependencies:
+        found += _declared_headers(dependency)
+        found += getattr(dependency.call, "declared_headers", ())
+    return found
+
+
+def declare_headers(routes: list[BaseRoute], document: dict[str, Any]) -> None:
+    """Adds to each operation the headers its dependencies read themselves, as FastAPI
+    would declare a `Header()` parameter, after the parameters FastAPI declared."""
+    for route in iter_route_contexts(routes):  # included routers' routes too, as FastAPI's
+        if not isinstance(route.original_route, APIRoute) or not route.include_in_schema:
+            continue
+        declared = _declared_headers(route.dependant)
+        item = document["paths"].get(route.path_format, {})
+        for method in route.methods or ():
+            op = item.get(method.lower())
+            if op is None or not declared:
+                continue
+            parameters = op.setdefault("parameters", [])
+            named = {parameter["name"] for parameter in parameters}
+            for header in declared:
+                if header.name not in named:
+                    named.add(header.name)
+                    parameters.append({
+                        "name": header.name, "in": "header", "required": False,
+                        "schema": {"type": "string", "description": header.description},
+                        "description": header.description})
+
+
 def complete(document: dict[str, Any]) -> dict[str, Any]:
     for path, item in document["paths"].items():
         for method, op in item.items():
@@ -232,7 +268,9 @@ def install_openapi(app: FastAPI) -> None:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = complete(generate())
+            document = generate()
+            declare_headers(app.routes, document)
+            app.openapi_schema = complete(document)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -1,8 +1,11 @@
-"""Path and query parameter types shared by the routers."""
+"""Parameter types shared by the routers: path and query parameters, and the request headers
+dependencies read themselves."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Path
 
@@ -37,3 +40,25 @@ def json_object_param(name: str, raw: str | None, max_depth: int) -> dict[str, A
             errors=[{"parameter": name, "code": "json_object", "message": "not a JSON object"}],
         )
     return value
+
+
+@dataclass(frozen=True)
+class DeclaredHeader:
+    """A request header that a dependency reads itself and the OpenAPI document declares
+    (`app/http/openapi.py` finds it in the dependency's `declared_headers`). Declared as a
+    FastAPI parameter instead, it would be looked up and validated on every request, about
+    100 Python calls a header, for a validation that cannot fail: a header is a string."""
+
+    name: str
+    description: str
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def declares(*headers: DeclaredHeader) -> Callable[[F], F]:
+    """Marks a dependency function as reading `headers` itself (see `DeclaredHeader`)."""
+    def mark(function: F) -> F:
+        function.declared_headers = headers  # type: ignore[attr-defined]
+        return function
+    return mark

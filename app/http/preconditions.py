@@ -8,15 +8,27 @@ lines are joined before parsing, so no line is silently dropped.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from fastapi import Depends, Header, Request, Response
+from fastapi import Request, Response
 from pydantic import BaseModel
 
 from app.core.errors import RevisionMismatch
-from app.core.revisions import ETagList, Preconditions, etag, not_modified
+from app.core.revisions import NONE, ETagList, Preconditions, etag, not_modified
+from app.http.params import DeclaredHeader
 
 _IF_MATCH = '`"<revision>"`, a list of them, or `*`. Strong comparison.'
+
+
+# GET of a revisioned resource: If-Match (412) and If-None-Match (304).
+VALIDATOR = (DeclaredHeader("If-None-Match", "The ETag you hold: 304 if it is still current."),
+             DeclaredHeader("If-Match", "412 unless it names the current ETag (or is `*`)."))
+# PUT, PATCH, DELETE of a revisioned resource.
+CONDITIONS = (DeclaredHeader("If-Match", _IF_MATCH),
+              DeclaredHeader("If-None-Match", "`*` to create only."))
+# Writes to a thread's children (append, compact, revert): only If-Match, on the thread.
+THREAD_IF_MATCH = (DeclaredHeader(
+    "If-Match", "Optional: the thread's `\"<revision>\"` (or a list, or `*`); 412 otherwise."),)
 
 
 def _joined(request: Request, name: str) -> str | None:
@@ -24,45 +36,18 @@ def _joined(request: Request, name: str) -> str | None:
     return ", ".join(lines) if lines else None
 
 
-async def _conditions(
-    request: Request,
-    if_match: Annotated[str | None, Header(alias="If-Match", description=_IF_MATCH)] = None,
-    if_none_match: Annotated[str | None, Header(
-        alias="If-None-Match", description="`*` to create only.")] = None,
-) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")),
-                         ETagList.parse("If-None-Match", _joined(request, "if-none-match")))
+def read_preconditions(request: Request, headers: tuple[DeclaredHeader, ...]) -> Preconditions:
+    """The preconditions among `headers` that the request sends (400 for a malformed one,
+    If-Match first)."""
+    if not headers:
+        return NONE
+    names = {header.name for header in headers}
+    return Preconditions(
+        ETagList.parse("If-Match", _joined(request, "if-match")) if "If-Match" in names
+        else None,
+        ETagList.parse("If-None-Match", _joined(request, "if-none-match"))
+        if "If-None-Match" in names else None)
 
-
-async def _if_match_only(
-    request: Request,
-    if_match: Annotated[str | None, Header(
-        alias="If-Match",
-        description="Optional: the thread's `\"<revision>\"` (or a list, or `*`); 412 otherwise.",
-    )] = None,
-) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")))
-
-
-async def _validator(
-    request: Request,
-    if_none_match: Annotated[str | None, Header(
-        alias="If-None-Match", description="The ETag you hold: 304 if it is still current.",
-    )] = None,
-    if_match: Annotated[str | None, Header(
-        alias="If-Match", description="412 unless it names the current ETag (or is `*`).",
-    )] = None,
-) -> Preconditions:
-    return Preconditions(ETagList.parse("If-Match", _joined(request, "if-match")),
-                         ETagList.parse("If-None-Match", _joined(request, "if-none-match")))
-
-
-# PUT, PATCH, DELETE of a revisioned resource.
-Conditions = Annotated[Preconditions, Depends(_conditions)]
-# Writes to a thread's children (append, compact, revert): only If-Match, on the thread.
-ThreadIfMatch = Annotated[Preconditions, Depends(_if_match_only)]
-# GET: If-Match (412) and If-None-Match (304).
-Validator = Annotated[Preconditions, Depends(_validator)]
 
 M = TypeVar("M")
 

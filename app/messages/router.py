@@ -9,11 +9,11 @@ from pydantic import ValidationError
 from app.core.pagination import Page
 from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp
-from app.http.dependencies import WRITE_FIRST, Reader, Writer
+from app.http.dependencies import WRITE_FIRST, IfMatchWriter, Reader
 from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
-from app.http.preconditions import ThreadIfMatch, with_etag
+from app.http.preconditions import with_etag
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 from app.messages.schemas import (
@@ -68,13 +68,13 @@ async def append_body(request: Request) -> list[MessageIn]:
              summary="Append one message or a batch")
 async def append_messages(
     thread_id: ThreadId, messages: Annotated[list[MessageIn], Depends(append_body)],
-    uow: Writer, pre: ThreadIfMatch, idempotency: IdempotencyDep,
+    uow: IfMatchWriter, idempotency: IdempotencyDep,
 ) -> Response:
     """Appends in order as one new thread revision; a thread that does not exist is created.
     409 `message_exists` if a client-chosen id is taken (nothing is written),
     409 `idempotency_in_flight`, 422 `idempotency_key_reused`, 410 if the thread was deleted."""
     body, replayed = await MessageService(uow).append(
-        thread_id, messages, pre, idempotency
+        thread_id, messages, uow.preconditions, idempotency
     )
     return created(body, replayed, {"ETag": etag(body["thread_revision"])})
 
@@ -113,21 +113,21 @@ async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,) 
 @router.post(":remove", response_model=RemoveOut, responses=responses(404, 409, 410, 412),
              summary="Remove messages: by id, the last n, or a range (trim)")
 async def remove_messages(thread_id: ThreadId, body: MessageRemoval, response: Response,
-                          uow: Writer, pre: ThreadIfMatch) -> RemoveOut:
+                          uow: IfMatchWriter) -> RemoveOut:
     """Deletes the messages named (their content leaves the database) as one new thread
     revision, and answers them. 409 `message_compacted` for a message a live compaction
     replaced or wrote; nothing is removed then. Removing nothing takes no revision."""
-    removed = await MessageService(uow).remove(thread_id, body, pre)
+    removed = await MessageService(uow).remove(thread_id, body, uow.preconditions)
     return with_etag(response, removed, removed.thread_revision)
 
 
 @router.delete("/{message_id}", response_model=RemoveOut,
                responses=responses(404, 409, 410, 412), summary="Remove one message")
 async def delete_message(thread_id: ThreadId, message_id: MessageId, response: Response,
-                         uow: Writer, pre: ThreadIfMatch) -> RemoveOut:
+                         uow: IfMatchWriter) -> RemoveOut:
     """As `POST .../messages:remove` with `{"ids": [message_id]}`."""
     removed = await MessageService(uow).remove(
-        thread_id, MessageRemoval(ids=[message_id]), pre)
+        thread_id, MessageRemoval(ids=[message_id]), uow.preconditions)
     return with_etag(response, removed, removed.thread_revision)
 
 
@@ -135,11 +135,11 @@ async def delete_message(thread_id: ThreadId, message_id: MessageId, response: R
               summary="Redact a message: replace its content, item or metadata")
 async def redact_message(thread_id: ThreadId, message_id: MessageId,
                          body: Annotated[MessageRedaction, Body()], response: Response,
-                         uow: Writer, pre: ThreadIfMatch) -> MessageOut:
+                         uow: IfMatchWriter) -> MessageOut:
     """The members sent overwrite the stored ones in place (the old values are not kept),
     as one new thread revision (`ETag`); event `message.redacted`."""
     message, revision = await MessageService(uow).redact(thread_id, message_id,
-                                                                  body, pre)
+                                                                  body, uow.preconditions)
     return with_etag(response, message, revision)
 
 

@@ -13,8 +13,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from app.http.dependencies import Reader, RefreshingReader, Writer
-from app.http.preconditions import Conditions
+from app.http.dependencies import ConditionalWriter, Reader, RefreshingReader
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 from app.store.langgraph_service import LangGraphStore
@@ -34,9 +33,8 @@ ITEMS = "/store/items"
 
 
 @router.put(ITEMS, status_code=204, responses=responses(409, 412, 428))
-async def put_langgraph_store_item(body: LangGraphPut, uow: Writer,
-                                   pre: Conditions) -> Response:
-    await LangGraphStore(uow).put(body, pre)
+async def put_langgraph_store_item(body: LangGraphPut, uow: ConditionalWriter) -> Response:
+    await LangGraphStore(uow).put(body, uow.preconditions)
     return Response(status_code=204)
 
 
@@ -52,9 +50,8 @@ async def get_langgraph_store_item(
 
 
 @router.delete(ITEMS, status_code=204, responses=responses(409, 412, 428))
-async def delete_langgraph_store_item(body: LangGraphDelete, uow: Writer,
-                                      pre: Conditions) -> Response:
-    await LangGraphStore(uow).delete(body, pre)
+async def delete_langgraph_store_item(body: LangGraphDelete, uow: ConditionalWriter) -> Response:
+    await LangGraphStore(uow).delete(body, uow.preconditions)
     return Response(status_code=204)
 
 

@@ -9,9 +9,14 @@ from pydantic import BaseModel
 from app.core.errors import NotFound
 from app.core.revisions import etag
 from app.core.settings import Settings
-from app.http.dependencies import Reader, RefreshingReader, Writer
+from app.http.dependencies import (
+    ConditionalRefreshingReader,
+    ConditionalWriter,
+    Reader,
+    RefreshingReader,
+)
 from app.http.idempotency import IdempotencyDep
-from app.http.preconditions import NOT_MODIFIED, Conditions, Validator, conditional
+from app.http.preconditions import NOT_MODIFIED, conditional
 from app.http.problems import responses
 from app.http.routing import ParsedBodyRoute
 from app.store.addressing import Addressing, item_path
@@ -82,13 +87,12 @@ def _answer(written: Written, address: tuple[str, str]) -> Response:
 @router.get(ITEM, response_model=ItemOut, responses={**responses(404), **NOT_MODIFIED},
             summary="Get a store item")
 async def get_store_item(
-    address: Address, response: Response, uow: RefreshingReader,
-    validator: Validator,
+    address: Address, response: Response, uow: ConditionalRefreshingReader,
     refresh_ttl: Annotated[bool, Query(
         description="Restart the item's time to live (when it has one).")] = False,
 ) -> Response:
     item = await StoreService(uow).get(*address, refresh_ttl=refresh_ttl)
-    answer = conditional(response, item, item.revision, validator)
+    answer = conditional(response, item, item.revision, uow.preconditions)
     if isinstance(answer, Response):
         return answer
     return _json(item, {"ETag": etag(item.revision)})
@@ -97,30 +101,27 @@ async def get_store_item(
 @router.put(ITEM, response_model=ItemOut,
             responses={**responses(404, 409, 412, 428), 201: {"model": ItemOut}},
             summary="Create or replace a store item")
-async def put_store_item(address: Address, body: ItemReplace, uow: Writer,
-                         pre: Conditions,
+async def put_store_item(address: Address, body: ItemReplace, uow: ConditionalWriter,
                          idempotency: IdempotencyDep) -> Response:
     """201 with `Location` when it creates, else 200; `ETag` either way. Section 2 applies
     (`If-None-Match: *` creates only; an existing item needs `If-Match`)."""
-    written = await StoreService(uow).put(*address, body, pre, idempotency)
+    written = await StoreService(uow).put(*address, body, uow.preconditions, idempotency)
     return _answer(written, address)
 
 
 @router.patch(ITEM, response_model=ItemOut, responses=responses(404, 409, 412, 428),
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch a store item (RFC 7396)")
-async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()], uow: Writer,
-                           pre: Conditions,
+async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()], uow: ConditionalWriter,
                            idempotency: IdempotencyDep) -> Response:
-    written = await StoreService(uow).patch(*address, body, pre, idempotency)
+    written = await StoreService(uow).patch(*address, body, uow.preconditions, idempotency)
     return _answer(written, address)
 
 
 @router.delete(ITEM, status_code=204, responses=responses(404, 409, 412, 428),
                summary="Delete a store item")
-async def delete_store_item(address: Address, uow: Writer,
-                            pre: Conditions, idempotency: IdempotencyDep) -> Response:
-    written = await StoreService(uow).delete(*address, pre, idempotency)
+async def delete_store_item(address: Address, uow: ConditionalWriter, idempotency: IdempotencyDep) -> Response:
+    written = await StoreService(uow).delete(*address, uow.preconditions, idempotency)
     return _answer(written, address)
 
 

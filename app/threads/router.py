@@ -7,13 +7,11 @@ from fastapi import APIRouter, Body, Path, Query, Request, Response
 from app.core.pagination import Page
 from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp, Name
-from app.http.dependencies import Reader, Writer
+from app.http.dependencies import ConditionalReader, ConditionalWriter, Reader, Writer
 from app.http.pagination import Cursor, Limit, linked, linked_json
 from app.http.params import ThreadId, json_object_param
 from app.http.preconditions import (
     NOT_MODIFIED,
-    Conditions,
-    Validator,
     conditional,
     conditional_json,
     json_with_etag,
@@ -84,8 +82,7 @@ async def list_threads(
             response_model=ThreadWithMessages, response_model_exclude_unset=True,
             summary="Get a thread")
 async def get_thread(
-    thread_id: ThreadId, response: Response, uow: Reader,
-    validator: Validator,
+    thread_id: ThreadId, response: Response, uow: ConditionalReader,
     include: Annotated[Literal["messages"] | None, Query(
         description="`messages`: add the first page of the live view as `messages`.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
@@ -94,9 +91,9 @@ async def get_thread(
     service = ThreadService(uow)
     if include != "messages":
         thread = await service.get(thread_id)
-        return conditional_json(thread, thread.revision, validator, exclude_unset=True)
+        return conditional_json(thread, thread.revision, uow.preconditions, exclude_unset=True)
     thread, page = await service.get_with_messages(thread_id, messages_limit)
-    unchanged = conditional(response, thread, thread.revision, validator)
+    unchanged = conditional(response, thread, thread.revision, uow.preconditions)
     if isinstance(unchanged, Response):
         return unchanged
     return Response(with_messages_json(thread, page), media_type="application/json",
@@ -105,9 +102,8 @@ async def get_thread(
 
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
             response_model=ThreadOut, summary="Create or replace a thread")
-async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: Writer,
-                     pre: Conditions) -> Response:
-    thread, created = await ThreadService(uow).replace(thread_id, body, pre)
+async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: ConditionalWriter) -> Response:
+    thread, created = await ThreadService(uow).replace(thread_id, body, uow.preconditions)
     if created:
         return json_with_etag(thread, thread.revision, status_code=201,
                               headers={"Location": thread_path(thread_id)})
@@ -118,17 +114,15 @@ async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: Writer,
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch a thread (RFC 7396)")
 async def patch_thread(thread_id: ThreadId, body: Annotated[ThreadPatch, Body()],
-                       response: Response, uow: Writer,
-                       pre: Conditions) -> ThreadOut:
-    thread = await ThreadService(uow).patch(thread_id, body, pre)
+                       response: Response, uow: ConditionalWriter) -> ThreadOut:
+    thread = await ThreadService(uow).patch(thread_id, body, uow.preconditions)
     return with_etag(response, thread, thread.revision)
 
 
 @router.delete("/{thread_id}", status_code=204, responses=responses(404, 410, 412, 428),
                summary="Delete a thread and everything in it")
-async def delete_thread(thread_id: ThreadId, uow: Writer,
-                        pre: Conditions) -> Response:
-    await ThreadService(uow).delete(thread_id, pre)
+async def delete_thread(thread_id: ThreadId, uow: ConditionalWriter) -> Response:
+    await ThreadService(uow).delete(thread_id, uow.preconditions)
     return Response(status_code=204)
 
 
