@@ -55,7 +55,8 @@ async def patch_agent_state(thread_id: ThreadId, agent_name: AgentName,
 
 @router.delete(STATE, status_code=204, responses=responses(404, 410, 412, 428),
                summary="Delete an agent's state")
-async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName, uow: ConditionalWriter) -> Response:
+async def delete_agent_state(thread_id: ThreadId, agent_name: AgentName,
+                             uow: ConditionalWriter) -> Response:
     await AgentStateService(uow).delete(thread_id, agent_name, uow.preconditions)
     return Response(status_code=204)
 
@@ -84,6 +85,7 @@ async def query_agent_states(
 ) -> Page[AgentStateOut]:
     page = await AgentStateService(uow).query(
         limit=limit, cursor=cursor, agent_name=agent_name, thread_id=thread_id,
-        state_contains=json_object_param("state_contains", state_contains, uow.settings.max_json_depth),
+        state_contains=json_object_param("state_contains", state_contains,
+                                         uow.settings.max_json_depth),
     )
     return linked(request, response, page)

@@ -75,7 +75,8 @@ async def create_checkpoint(thread_id: ThreadId, body: CheckpointIn, response: R
 
 @router.post(f"{BASE}/batch", responses=responses(409, 410, 412, 413),
              summary="Store checkpoints and pending writes in one transaction")
-async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn, uow: IfMatchWriter) -> CheckpointBatchOut:
+async def batch_checkpoints(thread_id: ThreadId, body: CheckpointBatchIn,
+                            uow: IfMatchWriter) -> CheckpointBatchOut:
     """The checkpoints in order, then the writes, each as its own request stores it (a
     replay, a 409, the thread created if needed), in one transaction: all or nothing. A
     saver sends what it was asked to store meanwhile as one request."""
@@ -117,7 +118,7 @@ async def prune_checkpoints(thread_id: ThreadId, body: PruneIn, uow: IfMatchWrit
     """`count`: how many checkpoints were deleted (with their writes, and the values no
     remaining checkpoint refers to)."""
     return Counted(count=await CheckpointService(uow).prune(thread_id, body.keep,
-                                                                      uow.preconditions))
+                                                            uow.preconditions))
 
 
 @router.post(f"{BASE}/copy", responses=responses(404, 410, 412),
@@ -126,7 +127,7 @@ async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: IfMatchWriter
     """The target is created if it does not exist; keys it already holds are kept.
     `count`: the checkpoints copied."""
     return Counted(count=await CheckpointService(uow).copy(thread_id, body.thread_id,
-                                                                     uow.preconditions))
+                                                           uow.preconditions))
 
 
 @router.get(f"{BASE}/latest", responses=responses(404),
@@ -169,7 +170,7 @@ async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uo
 
 @router.post(f"{BASE}/items", responses=responses(404),
              summary="Get list items by digest (what ?items=digests left out)")
-async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer,) -> ItemsOut:
+async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer) -> ItemsOut:
     """The thread's items with these digests; digests it does not hold are left out. A POST
     (thousands of digests do not fit a URL), so it takes the `write` scope like every POST;
     it changes nothing."""

@@ -41,13 +41,15 @@ async def list_compactions(
 
 @router.get("/{compaction_id}", responses=responses(404),
             summary="Get a compaction and the messages it replaced")
-async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: Reader,) -> CompactionDetail:
+async def get_compaction(thread_id: ThreadId, compaction_id: CompactionId,
+                         uow: Reader) -> CompactionDetail:
     return await CompactionService(uow).get(thread_id, compaction_id)
 
 
 @router.delete("/{compaction_id}", status_code=204,
                responses=responses(404, 409, 410, 412), summary="Revert a compaction")
-async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId, uow: IfMatchWriter) -> Response:
+async def revert_compaction(thread_id: ThreadId, compaction_id: CompactionId,
+                            uow: IfMatchWriter) -> Response:
     """The sources are live again, the summary becomes `reverted`, the record leaves the
     list. 409 `compaction_covered` while a later compaction covers the summary."""
     await CompactionService(uow).revert(thread_id, compaction_id, uow.preconditions)

@@ -34,7 +34,7 @@ class UnitOfWork:
     connection: AsyncConnection
     principal: Principal
     # The application's settings, carried here so a route needs no dependency of its own
-    # for them (each level of dependencies costs about 200 Python calls a request).
+    # for them (a level of dependencies, about 80 Python calls a request).
     settings: Settings
     # The precondition headers the route reads (If-Match, If-None-Match), parsed.
     preconditions: Preconditions = NONE

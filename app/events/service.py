@@ -14,6 +14,8 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from app.core.errors import InvalidCursor
 from app.core.pagination import bad_cursor, decode_cursor, encode_cursor
 from app.core.principal import Principal
@@ -98,6 +100,9 @@ class EventWatch:
         self.settings = settings
         self.tenant = principal.tenant_id
 
+    def _unit(self, connection: AsyncConnection) -> UnitOfWork:
+        return UnitOfWork(connection, self.principal, self.settings)
+
     async def start(self, cursor: str | None, after: int | None) -> int:
         """The seq a watch starts after (400 for a cursor this feed did not hand out). Only
         a cursor from before the per-tenant feed needs the database."""
@@ -113,14 +118,13 @@ class EventWatch:
         else:
             return after or 0
         async with self.db.read() as connection:
-            return await EventService(UnitOfWork(connection, self.principal, self.settings)).start(cursor,
-                                                                                    after)
+            return await EventService(self._unit(connection)).start(cursor, after)
 
     async def _page(self, start: int, limit: int, filters: Filters,
                     signal: asyncio.Event) -> Rendered:
         async def read() -> Rendered:
             async with self.db.read() as connection:
-                page = await EventService(UnitOfWork(connection, self.principal, self.settings)).page(
+                page = await EventService(self._unit(connection)).page(
                     start, limit, filters)
             return Rendered(page, "".join(
                 f"id: {event_cursor(event.seq)}\ndata: "
@@ -140,7 +144,7 @@ class EventWatch:
         """`list`, but an empty answer waits up to `wait` seconds for an event to commit."""
         if wait <= 0:  # a plain page: one connection, as any read
             async with self.db.read() as connection:
-                return await EventService(UnitOfWork(connection, self.principal, self.settings)).list(
+                return await EventService(self._unit(connection)).list(
                     limit=limit, cursor=cursor, after=after, filters=filters)
         start = await self.start(cursor, after)
         loop = asyncio.get_running_loop()

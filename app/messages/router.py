@@ -106,7 +106,7 @@ async def list_messages(
 
 
 @router.get("/{message_id}", responses=responses(404), summary="Get one message")
-async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader,) -> MessageOut:
+async def get_message(thread_id: ThreadId, message_id: MessageId, uow: Reader) -> MessageOut:
     return await MessageService(uow).get(thread_id, message_id)
 
 
@@ -138,8 +138,8 @@ async def redact_message(thread_id: ThreadId, message_id: MessageId,
                          uow: IfMatchWriter) -> MessageOut:
     """The members sent overwrite the stored ones in place (the old values are not kept),
     as one new thread revision (`ETag`); event `message.redacted`."""
-    message, revision = await MessageService(uow).redact(thread_id, message_id,
-                                                                  body, uow.preconditions)
+    message, revision = await MessageService(uow).redact(thread_id, message_id, body,
+                                                         uow.preconditions)
     return with_etag(response, message, revision)
 
 

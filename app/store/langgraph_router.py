@@ -56,10 +56,11 @@ async def delete_langgraph_store_item(body: LangGraphDelete, uow: ConditionalWri
 
 
 @router.post(f"{ITEMS}/search", response_model=LangGraphSearchPage, responses=responses())
-async def search_langgraph_store_items(body: SearchIn, uow: RefreshingReader,) -> LangGraphSearchPage:
+async def search_langgraph_store_items(body: SearchIn,
+                                       uow: RefreshingReader) -> LangGraphSearchPage:
     return await LangGraphStore(uow).search(body)
 
 
 @router.post("/store/namespaces", response_model=LangGraphNamespaces, responses=responses())
-async def list_langgraph_store_namespaces(body: NamespacesIn, uow: Reader,) -> LangGraphNamespaces:
+async def list_langgraph_store_namespaces(body: NamespacesIn, uow: Reader) -> LangGraphNamespaces:
     return await LangGraphStore(uow).list_namespaces(body)

@@ -112,15 +112,16 @@ async def put_store_item(address: Address, body: ItemReplace, uow: ConditionalWr
 @router.patch(ITEM, response_model=ItemOut, responses=responses(404, 409, 412, 428),
               openapi_extra={"requestBody": {"content": MERGE_PATCH}},
               summary="Merge-patch a store item (RFC 7396)")
-async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()], uow: ConditionalWriter,
-                           idempotency: IdempotencyDep) -> Response:
+async def patch_store_item(address: Address, body: Annotated[ItemPatch, Body()],
+                           uow: ConditionalWriter, idempotency: IdempotencyDep) -> Response:
     written = await StoreService(uow).patch(*address, body, uow.preconditions, idempotency)
     return _answer(written, address)
 
 
 @router.delete(ITEM, status_code=204, responses=responses(404, 409, 412, 428),
                summary="Delete a store item")
-async def delete_store_item(address: Address, uow: ConditionalWriter, idempotency: IdempotencyDep) -> Response:
+async def delete_store_item(address: Address, uow: ConditionalWriter,
+                            idempotency: IdempotencyDep) -> Response:
     written = await StoreService(uow).delete(*address, uow.preconditions, idempotency)
     return _answer(written, address)
 
@@ -128,7 +129,7 @@ async def delete_store_item(address: Address, uow: ConditionalWriter, idempotenc
 @router.post("/v1/store/items/search", response_model=SearchPage, responses=responses(),
              openapi_extra=READ_ONLY,
              summary="Search store items by namespace prefix, filter, text and vector")
-async def search_store_items(body: SearchIn, uow: RefreshingReader,) -> Response:
+async def search_store_items(body: SearchIn, uow: RefreshingReader) -> Response:
     """Without `query` or `vector`: the matching items, most recently updated first. With
     `query`: full-text relevance; with `vector`: similarity to it (exact; approximate, by
     HNSW, on a large index where Postgres has pgvector); with both:
@@ -138,7 +139,7 @@ async def search_store_items(body: SearchIn, uow: RefreshingReader,) -> Response
 
 @router.post("/v1/store/namespaces", response_model=NamespacePage, responses=responses(),
              openapi_extra=READ_ONLY, summary="List the namespaces of store items")
-async def list_store_namespaces(body: NamespacesIn, uow: Reader,) -> NamespacePage:
+async def list_store_namespaces(body: NamespacesIn, uow: Reader) -> NamespacePage:
     """Namespaces holding at least one live item, in label order, filtered by `prefix` and
     `suffix` (`*` matches any one label) and cut to `max_depth`. Needs only the `read`
     scope."""

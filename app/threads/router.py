@@ -39,7 +39,7 @@ MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components
 
 
 @router.post("", status_code=201, responses=responses(409), summary="Create a thread")
-async def create_thread(body: ThreadCreate, response: Response, uow: Writer,) -> ThreadOut:
+async def create_thread(body: ThreadCreate, response: Response, uow: Writer) -> ThreadOut:
     thread = await ThreadService(uow).create(body)
     response.headers["Location"] = thread_path(thread.thread_id)
     return with_etag(response, thread, thread.revision)
@@ -149,7 +149,8 @@ async def get_thread_revision(
 
 @router.post("/{thread_id}/fork", status_code=201, responses=responses(404, 412),
              summary="Fork a thread at a revision into a new thread")
-async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response, uow: Writer,) -> ThreadOut:
+async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response,
+                      uow: Writer) -> ThreadOut:
     """The new thread gets the state and metadata of that revision, the messages and
     compactions as they were then, and the agent states. 412 `already_exists` if the new id
     is a live thread; 422 `revision_not_kept` for a revision outside the kept history."""
