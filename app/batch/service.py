@@ -53,7 +53,6 @@ def _conditions(op: Any) -> Preconditions:
 class BatchService:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = uow.settings
 
     async def run(self, body: BatchIn,
                   idempotency: IdempotencyRequest | None) -> tuple[dict[str, Any], bool]:
@@ -104,8 +103,7 @@ class BatchService:
     async def _apply(self, op: Any, held: dict[str, AnyRow | None]) -> OperationResult:
         uow, pre = self.uow, _conditions(op)
         if isinstance(op, ThreadPut):
-            thread, created = await ThreadService(uow).replace(op.thread_id, op.body,
-                                                                         pre)
+            thread, created = await ThreadService(uow).replace(op.thread_id, op.body, pre)
             return OperationResult(status=201 if created else 200, etag=etag(thread.revision),
                                    body=thread.model_dump(mode="json"))
         if isinstance(op, ThreadPatchOp):

@@ -89,7 +89,6 @@ def _split(items: bytes | None) -> list[bytes]:
 class CheckpointService:
     def __init__(self, uow: UnitOfWork) -> None:
         self.uow = uow
-        self.settings = uow.settings
         self.repo = CheckpointRepository(uow.connection, uow.tenant_id)
         self.threads = ThreadAggregate(uow)
 

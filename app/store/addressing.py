@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from app.core.errors import Unprocessable
+from app.core.settings import Settings
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
 _HEX = "0123456789ABCDEF"
@@ -81,9 +82,9 @@ def _invalid(detail: str, where: dict[str, str], code: str) -> Unprocessable:
 class Addressing:
     """The settings' limits on labels, applied to URL segments and to labels in bodies."""
 
-    def __init__(self, max_labels: int, max_label_chars: int) -> None:
-        self.max_labels = max_labels
-        self.max_label_chars = max_label_chars
+    def __init__(self, settings: Settings) -> None:
+        self.max_labels = settings.store_max_namespace_labels
+        self.max_label_chars = settings.store_max_label_chars
 
     def _check_segment(self, segment: str, what: str, limit: int,
                        where: dict[str, str]) -> None:

@@ -8,7 +8,6 @@ from pydantic import BaseModel
 
 from app.core.errors import NotFound
 from app.core.revisions import etag
-from app.core.settings import Settings
 from app.http.dependencies import (
     ConditionalRefreshingReader,
     ConditionalWriter,
@@ -57,8 +56,7 @@ async def _address(
     (a label holding `/` writes it `@2F`)."""
     if b"%2f" in (request.scope.get("raw_path") or b"").lower():
         raise NotFound("No store item has %2F in its URL; a label's / is written @2F.")
-    settings: Settings = request.app.state.settings
-    address = Addressing(settings.store_max_namespace_labels, settings.store_max_label_chars)
+    address = Addressing(request.app.state.settings)
     return address.path_namespace(namespace), address.path_key(key)
 
 

@@ -65,8 +65,7 @@ class StoreService:
         self.settings = uow.settings
         self.now = utcnow()
         self.repo = StoreRepository(uow.connection, uow.tenant_id, self.now)
-        self.address = Addressing(self.settings.store_max_namespace_labels,
-                                  self.settings.store_max_label_chars)
+        self.address = Addressing(self.settings)
 
     # --- one item -----------------------------------------------------------------------
 
