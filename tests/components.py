@@ -147,6 +147,12 @@ class PgBouncer(_Daemon):
         POOLER_PORTS.add(self.port)
         return self
 
+    def stop(self) -> None:
+        # The port is free again once PgBouncer is gone: a later free_port() may hand it to
+        # a private Postgres, which must not then be taken for a pooler.
+        super().stop()
+        POOLER_PORTS.discard(self.port)
+
     def repoint(self, host: str, port: int) -> None:
         """Send new server connections to another Postgres (a promoted standby): rewrite
         the [databases] line and reload (SIGHUP), as an operator's failover script does."""
