@@ -27,6 +27,7 @@ from sqlalchemy.engine import make_url
 from bench.server import create_postgres_database, drop_postgres_database, migrate
 
 HOST = b"127.0.0.1:8000"
+STORE_ITEMS = 100  # store items of each slot's namespace (the store_* operations)
 
 
 async def call(app: Any, method: str, path: str, body: bytes | None = None,
@@ -94,6 +95,11 @@ async def setup(app: Any, run: str, index: int) -> Slot:
     body = json.dumps({"thread_id": slot.thread, "state": {"status": "running", "step": 0}})
     status, _, payload = await call(app, "POST", "/v1/threads", body.encode())
     assert status == 201, payload
+    for key in range(STORE_ITEMS):  # the store's namespace of the slot: 1 item in 10 tagged
+        item = json.dumps({"value": {"text": f"memory {key}", "tag": f"t{key % 10}"}})
+        status, _, payload = await call(app, "PUT", f"/v1/store/items/{slot.thread}/k{key}",
+                                        item.encode())
+        assert status == 201, payload
     return slot
 
 
@@ -101,6 +107,16 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     slot.counter += 1
     if op in ("get_thread", "floor"):
         return "GET", f"/v1/threads/{slot.thread}", None, []
+    if op == "store_get":
+        return "GET", f"/v1/store/items/{slot.thread}/k{slot.counter % STORE_ITEMS}", None, []
+    if op == "store_put":
+        body = json.dumps({"value": {"text": f"memory {slot.counter}", "tag": "t1"}}).encode()
+        return "PUT", f"/v1/store/items/{slot.thread}/k{slot.counter % STORE_ITEMS}", body, [
+            (b"if-none-match", b'"0"')]  # create or replace, as AgentStateStore's put
+    if op == "store_search":
+        body = json.dumps({"namespace_prefix": [slot.thread], "filter": {"tag": "t3"},
+                           "limit": 10}).encode()
+        return "POST", "/v1/store/items/search", body, []
     if op == "state_replace":
         body = json.dumps({"state": {"status": "running", "step": slot.counter}}).encode()
         return "PUT", f"/v1/threads/{slot.thread}", body, [(b"if-match",
@@ -111,7 +127,8 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
 
 async def load(app: Any, op: str, slots: list[Slot], count: int, warm: int = 5) -> float:
     """CPU microseconds per request over `count` requests, len(slots) in flight."""
-    expect = {"get_thread": 200, "floor": 200, "state_replace": 200, "append_1": 201}[op]
+    expect = {"get_thread": 200, "floor": 200, "state_replace": 200, "append_1": 201,
+              "store_get": 200, "store_put": 200, "store_search": 200}[op]
 
     async def worker(slot: Slot, n: int) -> None:
         for _ in range(n):
@@ -165,7 +182,7 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
             slots = [await setup(ours, run, i) for i in range(4)]
             # state replace on threads of its own: an append moves the thread's revision.
             own = [await setup(ours, run + "r", i) for i in range(4)]
-            ops = ["get_thread", "floor", "state_replace", "append_1"]
+            ops = ["get_thread", "floor", "state_replace", "append_1", *args.store]
             if args.calls:
                 print("Python function calls per request (calls into Python and C functions, "
                       "counted by sys.setprofile: the interpreter's work, free of the noise "
@@ -212,6 +229,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--profile")
     parser.add_argument("--calls", action="store_true")
+    parser.add_argument("--store", action="store_const", default=[],
+                        const=["store_get", "store_put", "store_search"],
+                        help="also the store's get, put and a filtered search (10 of 100)")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=40)
     url = create_postgres_database()

@@ -62,6 +62,20 @@ def test_routers_are_thin() -> None:
         assert ".commit(" not in text and "select(" not in text, router
 
 
+def test_every_router_is_a_domain_router() -> None:
+    """Each router the application includes says at once when a path is none of its
+    routes' (app/http/routing.py), and is included without a prefix, which it would not
+    know of."""
+    from app.http.routing import DomainRouter
+    from app.main import ROUTERS, console_router
+
+    for router in [*ROUTERS, console_router]:
+        assert isinstance(router, DomainRouter), router.routes[0].path
+    included = [line for line in (APP / "main.py").read_text().splitlines()
+                if "include_router(" in line]
+    assert included and not any("prefix" in line for line in included), included
+
+
 # `batch` runs other slices' use cases in one transaction: a composition root like main.py
 # (docs/CONVENTIONS.md), and the one slice that may call their services.
 COMPOSERS = {"batch"}

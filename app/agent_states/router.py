@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import Body, Query, Request, Response
 
 from app.agent_states.schemas import AgentStateOut, AgentStatePatch, AgentStateReplace
 from app.agent_states.service import AgentStateService, state_path
@@ -13,9 +13,9 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import AgentName, ThreadId, json_object_param
 from app.http.preconditions import NOT_MODIFIED, conditional, with_etag
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 
-router = APIRouter(tags=["agent states"], route_class=ParsedBodyRoute)
+router = DomainRouter(tags=["agent states"], route_class=ParsedBodyRoute)
 
 STATE = "/v1/threads/{thread_id}/agents/{agent_name}/state"
 MERGE_PATCH = {"application/merge-patch+json": {

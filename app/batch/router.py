@@ -1,15 +1,15 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from fastapi import Response
 
 from app.batch.schemas import BatchIn, BatchOut
 from app.batch.service import BatchService
 from app.http.dependencies import Writer
 from app.http.idempotency import IdempotencyDep, replayable
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 
-router = APIRouter(prefix="/v1/batch", tags=["batch"], route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/batch", tags=["batch"], route_class=ParsedBodyRoute)
 
 
 @router.post("", response_model=BatchOut, responses=responses(404, 409, 410, 412, 428),

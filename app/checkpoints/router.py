@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import Query, Request, Response
 from pydantic import StringConstraints
 from starlette.convertors import Convertor, register_url_convertor
 
@@ -28,8 +28,9 @@ from app.http.dependencies import IfMatchWriter, Reader, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param, name_path
 from app.http.problems import responses
+from app.http.routing import DomainRouter
 
-router = APIRouter(tags=["checkpoints"])
+router = DomainRouter(tags=["checkpoints"])
 
 ItemsMode = Annotated[Literal["data", "digests"], Query(
     description="`digests`: list values carry their items' digests (`digests`) instead of "

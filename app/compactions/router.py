@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 
 from app.compactions.schemas import CompactionDetail, CompactionIn, CompactionOut
 from app.compactions.service import CompactionService, compaction_path
@@ -10,9 +10,9 @@ from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import CompactionId, ThreadId
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 
-router = APIRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"],
+router = DomainRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"],
                    route_class=ParsedBodyRoute)
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 from importlib.resources import as_file, files
 from pathlib import Path
 
-from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
 from app.core.errors import NotFound
+from app.http.routing import DomainRouter
 
-router = APIRouter(prefix="/console", include_in_schema=False)
+router = DomainRouter(prefix="/console", include_in_schema=False)
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.core.errors import NotAcceptable
@@ -13,8 +13,9 @@ from app.http.dependencies import DatabaseDep, FeedDep, ReadAccess, SettingsDep
 from app.http.negotiation import accepts
 from app.http.pagination import Cursor, Limit, set_next_link
 from app.http.problems import responses
+from app.http.routing import DomainRouter
 
-router = APIRouter(prefix="/v1/events", tags=["events"])
+router = DomainRouter(prefix="/v1/events", tags=["events"])
 
 After = Annotated[int | None, Query(ge=0, le=INT64_MAX,
                                     description="Start after this seq; `cursor` wins.")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response
+from fastapi import Body, Query, Request, Response
 
 from app.core.pagination import Page
 from app.core.schemas import NAME_PATTERN
@@ -11,11 +11,11 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ServerName
 from app.http.preconditions import NOT_MODIFIED, conditional, with_etag
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.mcp_servers.schemas import McpServerOut, McpServerPatch, McpServerReplace
 from app.mcp_servers.service import McpServerService, server_path
 
-router = APIRouter(prefix="/v1/mcp-servers", tags=["mcp servers"],
+router = DomainRouter(prefix="/v1/mcp-servers", tags=["mcp servers"],
                    route_class=ParsedBodyRoute)
 
 IncludeSecrets = Annotated[bool, Query(

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query, Request, Response
+from fastapi import Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
@@ -15,7 +15,7 @@ from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import with_etag
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.messages.schemas import (
     ROLE_MAX,
     AppendOut,
@@ -29,7 +29,7 @@ from app.messages.schemas import (
 )
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
-router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
+router = DomainRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
                    route_class=ParsedBodyRoute)
 
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
@@ -144,7 +144,7 @@ async def redact_message(thread_id: ThreadId, message_id: MessageId,
 
 
 # Reads that find a message by its id across the tenant's threads.
-lineage_router = APIRouter(prefix="/v1/messages", tags=["messages"], route_class=ParsedBodyRoute)
+lineage_router = DomainRouter(prefix="/v1/messages", tags=["messages"], route_class=ParsedBodyRoute)
 
 
 @lineage_router.get("/{message_id}/lineage", responses=responses(404, 409),

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response
+from fastapi import Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from app.core.errors import NotReady
 from app.http.problems import responses
+from app.http.routing import DomainRouter
 
-router = APIRouter(tags=["operations"])
+router = DomainRouter(tags=["operations"])
 
 
 class Health(BaseModel):

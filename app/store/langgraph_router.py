@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import Query, Response
 
 from app.http.dependencies import ConditionalWriter, Reader, RefreshingReader
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.store.langgraph_service import LangGraphStore
 from app.store.schemas import (
     LangGraphDelete,
@@ -27,7 +27,7 @@ from app.store.schemas import (
     SearchIn,
 )
 
-router = APIRouter(prefix="/langgraph", tags=["store"], route_class=ParsedBodyRoute,
+router = DomainRouter(prefix="/langgraph", tags=["store"], route_class=ParsedBodyRoute,
                    include_in_schema=False)
 ITEMS = "/store/items"
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
+from fastapi import Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
@@ -17,7 +17,7 @@ from app.http.dependencies import (
 from app.http.idempotency import IdempotencyDep
 from app.http.preconditions import NOT_MODIFIED, conditional
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.store.addressing import Addressing, item_path
 from app.store.schemas import (
     ItemOut,
@@ -30,7 +30,7 @@ from app.store.schemas import (
 )
 from app.store.service import StoreService, Written
 
-router = APIRouter(tags=["store"], route_class=ParsedBodyRoute)
+router = DomainRouter(tags=["store"], route_class=ParsedBodyRoute)
 
 ITEM = "/v1/store/items/{namespace:path}/{key}"
 _LABEL = r"[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,254}"

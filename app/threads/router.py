@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Body, Path, Query, Request, Response
+from fastapi import Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
 from app.core.revisions import etag
@@ -18,7 +18,7 @@ from app.http.preconditions import (
     with_etag,
 )
 from app.http.problems import responses
-from app.http.routing import ParsedBodyRoute
+from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
     ThreadCreate,
@@ -32,7 +32,7 @@ from app.threads.schemas import (
 )
 from app.threads.service import ThreadService
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"],
+router = DomainRouter(prefix="/v1/threads", tags=["threads"],
                    route_class=ParsedBodyRoute)
 
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
