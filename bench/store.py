@@ -4,7 +4,9 @@ in-process, on the same Postgres, in the same run; then search latency at 10,000
 
 Part 1, LangGraph's interface on both sides (put, get, a filtered search), alternating call
 by call so both see the same machine: agentstate is a real `agentstate serve` (1 worker),
-AsyncPostgresStore keeps its tables in the schema `lgst` of the same database.
+AsyncPostgresStore keeps its tables in the schema `lgst` of the same database. Beside the
+gets, the floor of any HTTP service here: bench/minimal_app.py's bare FastAPI endpoint
+reading one row with asyncpg, called through the client's own HTTP transport.
 
 Part 2, agentstate's search endpoint over HTTP, on N items in one namespace (loaded with
 SQL, as the server would have stored them: tokens, float32 vectors): a filtered search
@@ -46,7 +48,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 from agentstate_client import AsyncAgentStateClient
+from agentstate_client._http1 import AsyncHTTP1Transport
 from agentstate_client.langgraph import AgentStateStore
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from sqlalchemy.engine import make_url
@@ -58,6 +62,7 @@ from bench.server import (
     create_postgres_database,
     drop_postgres_database,
     migrate,
+    minimal_server,
 )
 
 DIMS = 128
@@ -93,16 +98,29 @@ def memory(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 BASELINE = "agentstate (baseline)"
+FLOOR = "floor: bare FastAPI + asyncpg GET, one SELECT"
 
 
-async def interface(base_urls: dict[str, str], lgst_dsn: str,
-                    calls: int) -> list[dict[str, Any]]:
+async def interface(base_urls: dict[str, str], lgst_dsn: str, calls: int,
+                    floor_url: str) -> list[dict[str, Any]]:
     """put, get and a filtered search through LangGraph's BaseStore, every store (each
-    agentstate server in its own namespace)."""
+    agentstate server in its own namespace); and, beside the gets, the floor: the GET of a
+    bare FastAPI endpoint whose one SELECT reads a row (bench/minimal_app.py), through the
+    client's own HTTP transport: what any request over HTTP costs on this stack."""
     rng = random.Random(1)
     ours = {name: AgentStateStore(async_client=AsyncAgentStateClient(url))
             for name, url in base_urls.items()}
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[str, dict[str, list[float]]] = {FLOOR: {"get": []}}
+    first = AsyncAgentStateClient(next(iter(base_urls.values())))
+    await first.create_thread("floor", state={"bench": "floor"})
+    await first.aclose()
+    floor = httpx.AsyncClient(transport=AsyncHTTP1Transport())
+
+    async def floor_get() -> None:
+        answer = await floor.get(f"{floor_url}/v1/threads/floor")
+        answer.raise_for_status()
+        answer.json()
+
     async with AsyncPostgresStore.from_conn_string(lgst_dsn) as theirs:
         await theirs.setup()
         stores: dict[str, Any] = {**ours, "AsyncPostgresStore": theirs}
@@ -111,6 +129,8 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str,
         for name, store in stores.items():  # warm both: connections, statement caches
             for n in range(20):
                 await store.aput(spaces[name], f"warm{n}", memory(rng, n))
+        for _ in range(20):
+            await floor_get()
         for n in range(calls):
             value = memory(rng, n)
             for name, store in stores.items():
@@ -121,13 +141,15 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str,
                     lambda s=store, k=key, v=value, ns=namespace: s.aput(ns, k, v)))
                 samples["get"].append(await timed(
                     lambda s=store, k=key, ns=namespace: s.aget(ns, k)))
+                if name == "AsyncPostgresStore":
+                    results[FLOOR]["get"].append(await timed(floor_get))
                 samples["search"].append(await timed(lambda s=store, v=value, ns=namespace:
                                                      s.asearch(ns, filter={"tag": v["tag"]},
                                                                limit=10)))
     out = []
     for op in ("put", "get", "search"):
         theirs_ = statistics.median(results["AsyncPostgresStore"][op])
-        for name in ours:
+        for name in [*ours, FLOOR] if op == "get" else ours:
             mine = statistics.median(results[name][op])
             out.append({"op": op, "store": name, "agentstate_p50": mine,
                         "agentstate_p99": pct(results[name][op], 0.99),
@@ -136,6 +158,7 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str,
                         "ratio": mine / theirs_})
     for store in ours.values():
         await store.aclose()
+    await floor.aclose()
     return out
 
 
@@ -308,8 +331,9 @@ async def run(url: str, sizes: list[int], calls: int, baseline: Path | None) -> 
             servers[BASELINE] = stack.enter_context(Server(
                 command, {k: v for k, v in template.env.items() if k.startswith("AGENTSTATE_")},
                 "agentstate-baseline", cwd=baseline))
+        floor = stack.enter_context(minimal_server(1, plain))
         urls = {name: server.base_url for name, server in servers.items()}
-        rows = await interface(urls, lgst_dsn, calls)
+        rows = await interface(urls, lgst_dsn, calls, floor.base_url)
         print("| op | server | agentstate p50 / p99 ms | AsyncPostgresStore p50 / p99 ms | "
               "ratio (p50) |")
         print("|---|---|---|---|---|")
