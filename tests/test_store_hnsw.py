@@ -478,6 +478,48 @@ async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
     assert await built_with(pgvector_url, name) == (True, ["m=8", "ef_construction=32"])
 
 
+async def test_a_bulk_load_into_analyzed_tables_is_searched_by_hnsw(
+        pgvector_url: str, tokens: dict[str, str]) -> None:
+    """Postgres's statistics of the store's tables predate a bulk load into a new index name
+    until they are analyzed again (autovacuum's minute; here it is off): the new name reads
+    as one row, and left to choose, the planner sorts exactly. The server chose HNSW from
+    the index's size, and its search is the index scan all the same (with answers nearest
+    first)."""
+    rng = np.random.default_rng(29)
+    vectors = rng.standard_normal((1000, 8)).astype(np.float32)
+    index = f"bulk-{uuid.uuid4().hex[:6]}"
+    name = index_name(index, 8, "l2")
+    tables = ("store_items", "store_vectors")
+    async with sql(pgvector_url) as connection:
+        for table in tables:
+            await connection.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        await connection.execute("ANALYZE store_items, store_vectors")  # before the load
+    try:
+        async with served(pgvector_url, threshold=100) as client:
+            for start in range(0, len(vectors), 100):
+                done = await client.post("/v1/batch", headers=bearer(tokens["main"]), json={
+                    "operations": [{"op": "store.put", "namespace": ["bulk"], "key": f"k{i}",
+                                    "body": {"value": {}, "vectors": {
+                                        index: {"f": vectors[i].tolist()}}}}
+                                   for i in range(start, start + 100)]})
+                assert done.status_code == 200, done.text
+            q = rng.standard_normal(8).astype(np.float32)
+            vector = {"index": index, "embedding": q.tolist(), "metric": "l2"}
+            await search(client, tokens["main"], vector=vector)  # starts the build
+            await until("the HNSW index is valid", lambda: _valid(pgvector_url, name))
+            scans = (await hnsw_indexes(pgvector_url))[name][1]
+            found = await search(client, tokens["main"], limit=10, vector=vector)
+            ranked = [int(i) for i in np.argsort(-scores(vectors, q, "l2"))[:10]]
+            assert len(set(numbers(found)) & set(ranked)) >= 9, (numbers(found), ranked)
+            assert [item["score"] for item in found] == sorted(
+                (item["score"] for item in found), reverse=True)
+            await until("the index is scanned", lambda: _scanned(pgvector_url, name, scans))
+    finally:
+        async with sql(pgvector_url) as connection:
+            for table in tables:
+                await connection.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
+
+
 async def _valid(url: str, name: str) -> bool:
     return (await built_with(url, name) or (False,))[0]
 

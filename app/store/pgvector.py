@@ -13,9 +13,10 @@ first n distinct ones by their best vector.
 - From that size, the HNSW index of (index name, dimension, metric), a partial expression
   index `((embedding_vec::vector(d)) vector_*_ops) WHERE index_name = ... AND dims = d`,
   serves the same statement in its indexable form, with pgvector 0.8's iterative scan
-  (`hnsw.iterative_scan = strict_order`, set for the statement's transaction only), so a
-  filter, a prefix, another tenant's vectors, expired items and tombstones removed after
-  the index scan do not leave the answer short. If it still comes back short (the scan's
+  (`hnsw.iterative_scan = strict_order`, and `enable_sort` off so that statistics older
+  than a bulk load cannot turn it into an exact sort: set for the statement's transaction
+  only), so a filter, a prefix, another tenant's vectors, expired items and tombstones
+  removed after the index scan do not leave the answer short. If it still comes back short (the scan's
   `hnsw.max_scan_tuples`, a deep offset), the exact statement answers instead.
 - The index does not exist until a search of that size needs it: it is then built
   concurrently by a task of the server process (`CREATE INDEX CONCURRENTLY`, minutes at

@@ -517,9 +517,14 @@ class StoreRepository(RevisionedRepository):
         if ef_search is None:
             return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
         async with self._transaction():
+            # The server chose HNSW from the index's size (`pgvector.NearestVectors`); the
+            # planner would choose from its statistics, which miss a bulk load until the
+            # table is analyzed again (the new index name reads as one row: an exact sort).
+            # No sort for this transaction's statement leaves it the index's ordered scan.
             await self.connection.execute(select(
                 func.set_config("hnsw.iterative_scan", "strict_order", True),
-                func.set_config("hnsw.ef_search", str(ef_search), True)))
+                func.set_config("hnsw.ef_search", str(ef_search), True),
+                func.set_config("enable_sort", "off", True)))
             return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
 
     @contextlib.asynccontextmanager
