@@ -90,12 +90,12 @@ class Slot:
         self.counter = 0
 
 
-async def setup(app: Any, run: str, index: int) -> Slot:
+async def setup(app: Any, run: str, index: int, store: bool = False) -> Slot:
     slot = Slot(f"inproc-{run}-{index}")
     body = json.dumps({"thread_id": slot.thread, "state": {"status": "running", "step": 0}})
     status, _, payload = await call(app, "POST", "/v1/threads", body.encode())
     assert status == 201, payload
-    for key in range(STORE_ITEMS):  # the store's namespace of the slot: 1 item in 10 tagged
+    for key in range(STORE_ITEMS if store else 0):  # the slot's namespace: 1 item in 10 tagged
         item = json.dumps({"value": {"text": f"memory {key}", "tag": f"t{key % 10}"}})
         status, _, payload = await call(app, "PUT", f"/v1/store/items/{slot.thread}/k{key}",
                                         item.encode())
@@ -179,7 +179,7 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
         stop_ours, stop_floor = await lifespan(ours), await lifespan(floor)
         try:
             run = time.strftime("%H%M%S")
-            slots = [await setup(ours, run, i) for i in range(4)]
+            slots = [await setup(ours, run, i, store=bool(args.store)) for i in range(4)]
             # state replace on threads of its own: an append moves the thread's revision.
             own = [await setup(ours, run + "r", i) for i in range(4)]
             ops = ["get_thread", "floor", "state_replace", "append_1", *args.store]

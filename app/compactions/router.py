@@ -13,7 +13,7 @@ from app.http.problems import responses
 from app.http.routing import DomainRouter, ParsedBodyRoute
 
 router = DomainRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"],
-                   route_class=ParsedBodyRoute)
+                      route_class=ParsedBodyRoute)
 
 
 @router.post("", status_code=201, response_model=CompactionOut,

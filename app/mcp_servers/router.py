@@ -16,7 +16,7 @@ from app.mcp_servers.schemas import McpServerOut, McpServerPatch, McpServerRepla
 from app.mcp_servers.service import McpServerService, server_path
 
 router = DomainRouter(prefix="/v1/mcp-servers", tags=["mcp servers"],
-                   route_class=ParsedBodyRoute)
+                      route_class=ParsedBodyRoute)
 
 IncludeSecrets = Annotated[bool, Query(
     description="Return secret values in clear; needs the `secrets:read` scope (403 otherwise).")]

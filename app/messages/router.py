@@ -30,7 +30,7 @@ from app.messages.schemas import (
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
 router = DomainRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
-                   route_class=ParsedBodyRoute)
+                      route_class=ParsedBodyRoute)
 
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
 

@@ -28,7 +28,7 @@ from app.store.schemas import (
 )
 
 router = DomainRouter(prefix="/langgraph", tags=["store"], route_class=ParsedBodyRoute,
-                   include_in_schema=False)
+                      include_in_schema=False)
 ITEMS = "/store/items"
 
 

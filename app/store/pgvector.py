@@ -16,8 +16,8 @@ first n distinct ones by their best vector.
   (`hnsw.iterative_scan = strict_order`, and `enable_sort` off so that statistics older
   than a bulk load cannot turn it into an exact sort: set for the statement's transaction
   only), so a filter, a prefix, another tenant's vectors, expired items and tombstones
-  removed after the index scan do not leave the answer short. If it still comes back short (the scan's
-  `hnsw.max_scan_tuples`, a deep offset), the exact statement answers instead.
+  removed after the index scan do not leave the answer short. If it still comes back short
+  (the scan's `hnsw.max_scan_tuples`, a deep offset), the exact statement answers instead.
 - The index does not exist until a search of that size needs it: it is then built
   concurrently by a task of the server process (`CREATE INDEX CONCURRENTLY`, minutes at
   100,000 vectors), and searches stay exact until it is valid. A metric nobody searches

@@ -33,7 +33,7 @@ from app.threads.schemas import (
 from app.threads.service import ThreadService
 
 router = DomainRouter(prefix="/v1/threads", tags=["threads"],
-                   route_class=ParsedBodyRoute)
+                      route_class=ParsedBodyRoute)
 
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
 
