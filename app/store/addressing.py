@@ -33,7 +33,10 @@ def encode_segment(text: str) -> str:
 
 
 def decode_segment(segment: str) -> str:
-    """The text a stored (canonical) segment stands for."""
+    """The text a stored (canonical) segment stands for: itself when it escapes nothing
+    (its characters are then all safe ASCII, each the byte it stands for)."""
+    if "@" not in segment:
+        return segment
     raw = bytearray()
     index = 0
     while index < len(segment):
