@@ -365,14 +365,42 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         name = encode_id(thread_id)
+        with self._lock:
+            cold = name not in self._known
         try:
+            # A thread this saver has not written or read (a new process resuming it): the
+            # items come with the checkpoint, one request; else their digests, and only the
+            # items the cache lacks are fetched.
             body = yield from _Api.get_checkpoint.steps(
                 api, name, get_checkpoint_id(config),
-                checkpoint_ns=conf.get("checkpoint_ns", ""), items="digests")
+                checkpoint_ns=conf.get("checkpoint_ns", ""),
+                items="data" if cold else "digests")
         except NotFound:
             return None
+        if cold:
+            self._learn_lists(name, body)
         items = yield from self._fill(api, name, body["values"].values())
         return self._tuple(thread_id, body, items)
+
+    def _learn_lists(self, name: str, body: dict[str, Any]) -> None:
+        """What a read of a whole checkpoint says: the server holds its lists' items for the
+        thread, and a list that extends one of them can be sent as what it gained (with
+        that list's version as `base_version`), as after this saver's own write. Inline
+        items become digests (the cache keeps them), as a read by digest would have it."""
+        self._known_for(name)  # one of the threads it remembers, the oldest forgotten
+        sent = _Sent()
+        versions = body["checkpoint"].get("channel_versions", {})
+        for channel, value in body["values"].items():
+            inline = value.get("items")
+            if inline is None or channel not in versions:
+                continue
+            encoded = [(item["type"], base64.b64decode(item["data"])) for item in inline]
+            digests = [item_digest(type_, data) for type_, data in encoded]
+            self._cache_items(zip(digests, encoded))
+            value["digests"], value["items"] = digests, None
+            sent.items.extend(digests)
+            sent.lists[(name, body["checkpoint_ns"], channel)] = (versions[channel], digests)
+        self._remember(name, sent)
 
     def _list_page(self, api: _Api, listing: _Listing) -> Op[list[CheckpointTuple]]:
         """The next page of `listing` (marked done after the last one)."""

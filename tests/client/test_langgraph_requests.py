@@ -6,7 +6,9 @@ backend), so not `slow`."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import operator
+import re
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -70,6 +72,37 @@ async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transp
     assert histories > 10 if delta else histories == 0
     state = await ours.aget_state(config)
     assert len(state.values["messages"]) == 48
+
+
+async def test_a_saver_resuming_a_thread_reads_it_in_one_request_and_sends_what_is_new(
+        saver: AgentStateSaver, transport: Counting, uid: str) -> None:
+    """A saver that has not seen the thread (a new process) reads its checkpoint with the
+    items in one request; its next turn is the usual four requests, and its checkpoints
+    send the new messages only (the list as what it gained since the one read), not the
+    whole conversation again. The answers equal InMemorySaver's."""
+    config = {"configurable": {"thread_id": f"resume-{uid}"}}
+    first, reference = chat(saver, False), chat(InMemorySaver(), False)
+    for turn in range(6):
+        for made in (first, reference):
+            await made.ainvoke({"messages": [HumanMessage(f"earlier question {turn}")]}, config)
+    resumed = AgentStateSaver(base_url="http://unused.invalid", async_client=saver._aclient())
+    transport.seen.clear()
+    state = await chat(resumed, False).aget_state(config)
+    assert [seen.rsplit("/", 1)[-1] for seen in transport.seen] == ["latest"], transport.seen
+    assert len(state.values["messages"]) == 12
+    transport.seen.clear()
+    transport.bodies.clear()
+    got = await chat(resumed, False).ainvoke(
+        {"messages": [HumanMessage("the question after a restart")]}, config)
+    expected = await reference.ainvoke(
+        {"messages": [HumanMessage("the question after a restart")]}, config)
+    assert [(m.type, m.content) for m in got["messages"]] == [
+        (m.type, m.content) for m in expected["messages"]]
+    assert len(transport.seen) == 4, transport.seen
+    sent = b"".join(transport.bodies)
+    assert sent.count(b'"base_version"') >= 2, sent[:500]
+    assert b"earlier question" not in b"".join(
+        base64.b64decode(data) for data in re.findall(rb'"data":"([A-Za-z0-9+/=]*)"', sent))
 
 
 async def test_each_call_returns_once_stored_and_refusals_stay_their_own(
