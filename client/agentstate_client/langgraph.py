@@ -21,7 +21,8 @@ runs for the plain method and the asyncio client for its `a...` form.
 - A channel whose value is a plain `list` (a `MessagesState`'s `messages`) is sent item by
   item: the server stores each item once per thread, and the saver sends items it has
   already stored by their digest only. A 400-turn chat then stores each message once instead
-  of once per version of the list.
+  of once per version of the list. A saver that has not seen the thread (a new process) reads
+  a checkpoint with its items in one request, and then sends what the lists gained since.
 - A DeltaChannel's history is one request: the server walks the parent chain. Its
   snapshots of a list (`_DeltaSnapshot(list)`) are sent item by item like a list.
 - Async writes of one thread are stored by group commit (`_Pipe`): the calls made while the
