@@ -11,18 +11,23 @@ exactly one URL.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from app.core.errors import Unprocessable
 from app.core.settings import Settings
 
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+# Text that is its own encoding (safe characters, no leading `.`): most labels and keys.
+_PLAIN = re.compile(r"[A-Za-z0-9_:-][A-Za-z0-9._:-]*")
 _HEX = "0123456789ABCDEF"
 MAX_SEGMENT_CHARS = 255  # a key, or a label (AGENTSTATE_STORE_MAX_LABEL_CHARS may lower it)
 MAX_NAMESPACE_CHARS = 512  # the encoded labels and their separators
 
 
 def encode_segment(text: str) -> str:
+    if _PLAIN.fullmatch(text):
+        return text
     out: list[str] = []
     for index, byte in enumerate(text.encode("utf-8")):
         if byte in _SAFE and not (index == 0 and byte == 0x2E):
@@ -52,6 +57,8 @@ def decode_segment(segment: str) -> str:
 def canonical_text(segment: str) -> str | None:
     """The text a URL segment names, or None when the segment is not the one spelling of
     some text (a stray `@`, lower-case hex, an escaped safe character, invalid UTF-8)."""
+    if _PLAIN.fullmatch(segment):
+        return segment
     raw = bytearray()
     index = 0
     while index < len(segment):
