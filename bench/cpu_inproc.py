@@ -5,6 +5,11 @@ Postgres database. A quick A/B of the application's own work between builds; ben
 uvicorn servers) is the measure docs/PERFORMANCE.md reports.
 
     .venv/bin/python -m bench.cpu_inproc [--requests 400] [--rounds 10] [--profile OP] [--calls]
+                                         [--store] [--checkpoints]
+
+`--store` adds the store's get, put and a filtered search (`store_get`, `store_put`,
+`store_search`); `--checkpoints` adds AgentStateSaver's read of the latest checkpoint by
+digest (`cp_latest`) and a LangGraph step's checkpoint batch (`cp_batch`).
 
 CPU is this process's time.process_time() over the requests (Postgres runs elsewhere), four
 requests in flight at a time as bench.cpu's four connections. `--profile OP` runs OP under
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import statistics
@@ -33,13 +39,14 @@ STORE_ITEMS = 100  # store items of each slot's namespace (the store_* operation
 async def call(app: Any, method: str, path: str, body: bytes | None = None,
                headers: list[tuple[bytes, bytes]] | None = None) -> tuple[int, dict[bytes, bytes],
                                                                          bytes]:
+    path, _, query = path.partition("?")
     head = [(b"host", HOST), *(headers or [])]
     if body is not None:
         head += [(b"content-type", b"application/json"),
                  (b"content-length", str(len(body)).encode())]
     scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"},
              "http_version": "1.1", "method": method, "scheme": "http", "path": path,
-             "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
              "headers": head, "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", 8000),
              "state": {}}
     sent = False
@@ -88,9 +95,11 @@ class Slot:
         self.thread = thread
         self.revision = 1
         self.counter = 0
+        self.steps = 0  # checkpoints of the thread's chain (cp_batch)
 
 
-async def setup(app: Any, run: str, index: int, store: bool = False) -> Slot:
+async def setup(app: Any, run: str, index: int, store: bool = False,
+                checkpoints: bool = False) -> Slot:
     slot = Slot(f"inproc-{run}-{index}")
     body = json.dumps({"thread_id": slot.thread, "state": {"status": "running", "step": 0}})
     status, _, payload = await call(app, "POST", "/v1/threads", body.encode())
@@ -100,6 +109,10 @@ async def setup(app: Any, run: str, index: int, store: bool = False) -> Slot:
         status, _, payload = await call(app, "PUT", f"/v1/store/items/{slot.thread}/k{key}",
                                         item.encode())
         assert status == 201, payload
+    if checkpoints:  # a first checkpoint, for cp_latest
+        status, _, payload = await call(app, "POST", f"/v1/threads/{slot.thread}/checkpoints/"
+                                        "batch", checkpoint_step(slot))
+        assert status == 200, payload
     return slot
 
 
@@ -107,6 +120,10 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     slot.counter += 1
     if op in ("get_thread", "floor"):
         return "GET", f"/v1/threads/{slot.thread}", None, []
+    if op == "cp_latest":  # AgentStateSaver's aget_tuple
+        return "GET", f"/v1/threads/{slot.thread}/checkpoints/latest?items=digests", None, []
+    if op == "cp_batch":  # a LangGraph step: a checkpoint and a task's pending writes
+        return "POST", f"/v1/threads/{slot.thread}/checkpoints/batch", checkpoint_step(slot), []
     if op == "store_get":
         return "GET", f"/v1/store/items/{slot.thread}/k{slot.counter % STORE_ITEMS}", None, []
     if op == "store_put":
@@ -125,10 +142,32 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     return "POST", f"/v1/threads/{slot.thread}/messages", body, []
 
 
+def checkpoint_step(slot: Slot) -> bytes:
+    """The body of a `POST .../checkpoints/batch` as AgentStateSaver sends a step: the next
+    checkpoint of the slot's chain (one channel's new value) and a task's write against it."""
+    slot.steps += 1
+    step = slot.steps
+    parent = f"c{step - 1:08d}" if step > 1 else None
+    checkpoint_id, version = f"c{step:08d}", f"{step:016d}.{slot.thread[-6:]}"
+    value = base64.b64encode(json.dumps({"step": step, "note": "x" * 200}).encode())
+    return json.dumps({
+        "checkpoints": [{
+            "checkpoint_id": checkpoint_id, "parent_checkpoint_id": parent,
+            "checkpoint": {"v": 4, "id": checkpoint_id, "ts": "2026-12-05T00:00:00+00:00",
+                           "channel_versions": {"state": version}, "versions_seen": {}},
+            "metadata": {"source": "loop", "step": step},
+            "values": [{"channel": "state", "version": version, "type": "json",
+                        "data": value.decode()}]}],
+        "writes": [{"checkpoint_id": checkpoint_id, "task_id": f"task-{step}",
+                    "writes": [{"idx": 0, "channel": "state", "type": "json",
+                                "data": value.decode()}]}]}).encode()
+
+
 async def load(app: Any, op: str, slots: list[Slot], count: int, warm: int = 5) -> float:
     """CPU microseconds per request over `count` requests, len(slots) in flight."""
     expect = {"get_thread": 200, "floor": 200, "state_replace": 200, "append_1": 201,
-              "store_get": 200, "store_put": 200, "store_search": 200}[op]
+              "store_get": 200, "store_put": 200, "store_search": 200, "cp_latest": 200,
+              "cp_batch": 200}[op]
 
     async def worker(slot: Slot, n: int) -> None:
         for _ in range(n):
@@ -179,10 +218,12 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
         stop_ours, stop_floor = await lifespan(ours), await lifespan(floor)
         try:
             run = time.strftime("%H%M%S")
-            slots = [await setup(ours, run, i, store=bool(args.store)) for i in range(4)]
+            slots = [await setup(ours, run, i, store=bool(args.store),
+                                 checkpoints=bool(args.checkpoints)) for i in range(4)]
             # state replace on threads of its own: an append moves the thread's revision.
             own = [await setup(ours, run + "r", i) for i in range(4)]
-            ops = ["get_thread", "floor", "state_replace", "append_1", *args.store]
+            ops = ["get_thread", "floor", "state_replace", "append_1", *args.store,
+                   *args.checkpoints]
             if args.calls:
                 print("Python function calls per request (calls into Python and C functions, "
                       "counted by sys.setprofile: the interpreter's work, free of the noise "
@@ -232,6 +273,10 @@ def main() -> None:
     parser.add_argument("--store", action="store_const", default=[],
                         const=["store_get", "store_put", "store_search"],
                         help="also the store's get, put and a filtered search (10 of 100)")
+    parser.add_argument("--checkpoints", action="store_const", default=[],
+                        const=["cp_latest", "cp_batch"],
+                        help="also AgentStateSaver's read (latest, by digest) and a step's "
+                             "checkpoint batch")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=40)
     url = create_postgres_database()
