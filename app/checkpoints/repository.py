@@ -104,6 +104,32 @@ def _items_by_digest(postgres: bool) -> Any:
         i.c.tenant_id == bindparam("tenant"), i.c.thread_pk == bindparam("pk"), digests)
 
 
+@cache
+def _blobs_by_key() -> Any:
+    """Postgres: the values stored under (namespace, channel, version) keys given as three
+    arrays of one length (a statement whose text does not change with the count)."""
+    keys = func.unnest(*(bindparam(name, type_=ARRAY(Text)) for name in
+                         ("nss", "channels", "versions"))).table_valued(
+                             "ns", "ch", "v").render_derived()
+    return select(b).where(
+        b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
+        tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version).in_(
+            select(keys.c.ns, keys.c.ch, keys.c.v)))
+
+
+@cache
+def _writes_by_key() -> Any:
+    """Postgres: the pending writes of (namespace, checkpoint id) keys given as two arrays,
+    in (task_path, task_id, idx) order."""
+    keys = func.unnest(bindparam("nss", type_=ARRAY(Text)),
+                       bindparam("ids", type_=ARRAY(Text))).table_valued(
+                           "ns", "id").render_derived()
+    return (select(w).where(
+        w.c.tenant_id == bindparam("tenant"), w.c.thread_pk == bindparam("pk"),
+        tuple_(w.c.checkpoint_ns, w.c.checkpoint_id).in_(select(keys.c.ns, keys.c.id)))
+        .order_by(w.c.task_path, w.c.task_id, w.c.idx))
+
+
 _KEYS = {"blobs": (b, ["thread_pk", "checkpoint_ns", "channel", "version"]),
          "items": (i, ["thread_pk", "digest"]),
          "writes": (w, ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id", "idx"])}
@@ -277,6 +303,11 @@ class CheckpointRepository:
 
     async def blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> list[AnyRow]:
         """The values stored under (namespace, channel, version) keys."""
+        if dialect_name(self.connection) == "postgresql":
+            nss, channels, versions = zip(*set(keys), strict=True) if keys else ((), (), ())
+            return await direct.rows(self.connection, _blobs_by_key(), {
+                "tenant": self.tenant_id, "pk": thread_pk, "nss": list(nss),
+                "channels": list(channels), "versions": list(versions)})
         rows: list[AnyRow] = []
         for chunk in _chunks(sorted(set(keys)), _CHUNK // 3):
             rows.extend((await self.connection.execute(
@@ -308,6 +339,10 @@ class CheckpointRepository:
 
     async def writes(self, thread_pk: int, keys: Sequence[tuple[str, str]]) -> list[AnyRow]:
         """Pending writes of the (namespace, checkpoint id)s."""
+        if dialect_name(self.connection) == "postgresql":
+            nss, ids = zip(*set(keys), strict=True) if keys else ((), ())
+            return await direct.rows(self.connection, _writes_by_key(), {
+                "tenant": self.tenant_id, "pk": thread_pk, "nss": list(nss), "ids": list(ids)})
         rows: list[AnyRow] = []
         for chunk in _chunks(sorted(set(keys)), _CHUNK // 2):
             rows.extend((await self.connection.execute(
