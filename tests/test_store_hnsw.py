@@ -99,6 +99,18 @@ async def search(client: httpx.AsyncClient, token: str, **body: Any) -> list[dic
     return list(response.json()["data"])
 
 
+async def put_vectors(client: httpx.AsyncClient, token: str, namespace: str, index: str,
+                      vectors: np.ndarray) -> None:
+    """Item `k{i}` of `namespace` with `vectors[i]` as its field `f` in `index` (value {}),
+    100 to a `POST /v1/batch`."""
+    for start in range(0, len(vectors), 100):
+        done = await client.post("/v1/batch", headers=bearer(token), json={"operations": [
+            {"op": "store.put", "namespace": [namespace], "key": f"k{i}",
+             "body": {"value": {}, "vectors": {index: {"f": vectors[i].tolist()}}}}
+            for i in range(start, min(start + 100, len(vectors)))]})
+        assert done.status_code == 200, done.text
+
+
 def numbers(found: list[dict[str, Any]]) -> list[int]:
     return [int(item["key"][1:]) for item in found]
 
@@ -384,12 +396,7 @@ async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
         assert len(found) == 10
         assert len(set(numbers(found)) & want) >= 9
     async with served(pgvector_url, threshold=100) as client:
-        for start in range(0, 3 * ITEMS, 100):
-            done = await client.post("/v1/batch", headers=bearer(main), json={"operations": [
-                {"op": "store.put", "namespace": ["re"], "key": f"k{i}",
-                 "body": {"value": {}, "vectors": {index: {"f": vectors[i].tolist()}}}}
-                for i in range(start, start + 100)]})
-            assert done.status_code == 200, done.text
+        await put_vectors(client, main, "re", index, vectors)
         await search(client, main, vector=vector)  # starts the build, with the defaults
         await until("the HNSW index is valid", lambda: _valid(pgvector_url, name))
     assert await built_with(pgvector_url, name) == (True, ["m=16", "ef_construction=64"])
@@ -496,13 +503,7 @@ async def test_a_bulk_load_into_analyzed_tables_is_searched_by_hnsw(
         await connection.execute("ANALYZE store_items, store_vectors")  # before the load
     try:
         async with served(pgvector_url, threshold=100) as client:
-            for start in range(0, len(vectors), 100):
-                done = await client.post("/v1/batch", headers=bearer(tokens["main"]), json={
-                    "operations": [{"op": "store.put", "namespace": ["bulk"], "key": f"k{i}",
-                                    "body": {"value": {}, "vectors": {
-                                        index: {"f": vectors[i].tolist()}}}}
-                                   for i in range(start, start + 100)]})
-                assert done.status_code == 200, done.text
+            await put_vectors(client, tokens["main"], "bulk", index, vectors)
             q = rng.standard_normal(8).astype(np.float32)
             vector = {"index": index, "embedding": q.tolist(), "metric": "l2"}
             await search(client, tokens["main"], vector=vector)  # starts the build
