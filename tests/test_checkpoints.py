@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.support import drain
+from app.core.settings import Settings
+from tests.conftest import http_client, migrated_database, running
+from tests.support import direct_url, drain, pg_connect, statements
 
 pytestmark = pytest.mark.anyio
 
@@ -328,3 +331,75 @@ async def test_reads_by_digest_and_items_fetched_apart(client: httpx.AsyncClient
     assert "digest" not in whole["items"][0] and whole["digests"] is None
     assert (await client.post(f"/v1/threads/nope-{uid}/checkpoints/items",
                               json={"digests": []})).status_code == 404
+
+
+def _rows_visited(plan: dict) -> int:
+    """Table rows an EXPLAIN ANALYZE plan read (its scans' rows, those their filters threw
+    away included) and join pairs it threw away, over all loops: the work of a statement,
+    which the machine's load does not change."""
+    loops = plan.get("Actual Loops", 1)
+    own = plan.get("Rows Removed by Join Filter", 0) * loops
+    if "Relation Name" in plan:
+        own += (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
+                + plan.get("Rows Removed by Index Recheck", 0)) * loops
+    return own + sum(_rows_visited(child) for child in plan.get("Plans", []))
+
+
+@pytest.fixture
+def fresh_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh migrated database: the shared one's tables have statistics by now."""
+    with migrated_database(backend, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.mark.postgres_only(reason="planner statistics are Postgres's")
+async def test_reads_of_a_long_thread_visit_rows_by_key_before_tables_are_analyzed(
+        fresh_url: str) -> None:
+    """A new database's tables have no statistics until autovacuum's first analyze (here it
+    is off). Planned on guesses, the latest read and the delta history walk once scanned the
+    thread's rows for every key they looked up: the walk of a chain of N checkpoints visited
+    about N * N rows, the latest read all of the thread's values to return three. Each row
+    is now fetched by its whole key (a LATERAL lookup on Postgres): every read visits a few
+    rows for each it returns, whatever the statistics say."""
+    steps = 200
+    admin = await pg_connect(direct_url(fresh_url))
+    try:
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_items",
+                      "checkpoint_writes", "threads"):
+            await admin.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
+        settings = Settings(database_url=fresh_url, auto_migrate=False,  # type: ignore[call-arg]
+                            _env_file=None)
+        async with running(settings) as app, http_client(app) as client:
+            base = "/v1/threads/long/checkpoints"
+            first = body("c000", {"m": 1, "l": 1}, [value("m", 1, b"seed"), {
+                "channel": "l", "version": 1, "type": "list",
+                "items": [{"type": "bytes", "data": b64(b"%d" % n)} for n in range(300)]}])
+            assert (await client.post(base, json=first)).status_code == 201
+            for start in range(1, steps + 1, 50):
+                # A new version of m at each step, its value not stored (a delta channel's),
+                # and of x, stored.
+                batch = [body(f"c{n:03d}", {"m": n + 1, "l": 1, "x": n},
+                              [value("x", n, b"%d" % n)], parent=f"c{n - 1:03d}")
+                         for n in range(start, min(start + 50, steps + 1))]
+                writes = [{"checkpoint_id": cp["checkpoint_id"], "task_id": "t", "writes": [
+                    {"idx": 0, "channel": "m", "type": "bytes", "data": b64(b"w")}]}
+                    for cp in batch]
+                sent = await client.post(f"{base}/batch",
+                                         json={"checkpoints": batch, "writes": writes})
+                assert sent.status_code == 200, sent.text
+            with statements(app) as heard:
+                latest = await client.get(f"{base}/latest")
+                history = await client.get(f"{base}/latest/delta-history",
+                                           params={"channel": "m"})
+        assert latest.status_code == 200 and len(latest.json()["values"]["l"]["items"]) == 300
+        assert len(history.json()["channels"]["m"]["writes"]) == steps - 1  # not the target's
+        assert history.json()["channels"]["m"]["seed"] is not None
+        reads = [s for s in heard if s.sql.lstrip().upper().startswith(("SELECT", "WITH"))]
+        assert len(reads) >= 4
+        for statement in reads:
+            prepared = await admin.prepare(statement.sql)
+            plan = await prepared.explain(*statement.params, analyze=True)
+            returned = plan[0]["Plan"]["Actual Rows"]
+            assert _rows_visited(plan[0]["Plan"]) <= 4 * returned + 4, statement.sql
+    finally:
+        await admin.close()

@@ -38,7 +38,8 @@ class Checkpoint(Base):
         # Also the order of every read: newest (largest id) first within a namespace.
         UniqueConstraint("thread_pk", "checkpoint_ns", "checkpoint_id"),
         Index("ix_checkpoints_thread_pk_checkpoint_id", "thread_pk", "checkpoint_id"),
-        Index("ix_checkpoints_tenant_id_run_id", "tenant_id", "run_id"),
+        # Led by run_id: one led by tenant_id was taken for key lookups on stale statistics.
+        Index("ix_checkpoints_run_id_tenant_id", "run_id", "tenant_id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntPK, primary_key=True, autoincrement=True)
