@@ -18,6 +18,7 @@ from app.checkpoints.schemas import (
     DeltaHistoryOut,
     ItemsIn,
     ItemsOut,
+    LatestCheckpointOut,
     PruneIn,
     WritesIn,
 )
@@ -131,18 +132,26 @@ async def copy_checkpoints(thread_id: ThreadId, body: CopyIn, uow: IfMatchWriter
                                                            uow.preconditions))
 
 
-@router.get(f"{BASE}/latest", responses=responses(404),
+ChannelName = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+Channels = Annotated[list[ChannelName], Query(alias="channel", max_length=32, description=(
+    "A channel to walk for (repeat the parameter for more, at most 32)."))]
+DeltaChannels = Annotated[list[ChannelName] | None, Query(
+    alias="delta_channel", max_length=32, description=(
+        "A channel whose delta history comes with the checkpoint, in `delta_history` (repeat "
+        "for more, at most 32): one request where a LangGraph `DeltaChannel` would take two."))]
+
+
+@router.get(f"{BASE}/latest", responses=responses(404, 414, 422),
             summary="Get the newest checkpoint of a namespace")
 async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader,
-                            checkpoint_ns: Namespace = "",
-                            items: ItemsMode = "data") -> CheckpointOut:
+                                checkpoint_ns: Namespace = "",
+                                items: ItemsMode = "data",
+                                delta_channels: DeltaChannels = None) -> LatestCheckpointOut:
     return await CheckpointService(uow).latest(thread_id, checkpoint_ns,
-                                                         by_digest=items == "digests")
+                                               by_digest=items == "digests",
+                                               delta_channels=delta_channels)
 
 
-Channels = Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]],
-                     Query(alias="channel", max_length=32, description=(
-                         "A channel to walk for (repeat the parameter for more, at most 32)."))]
 HISTORY = """Per channel: the pending writes on the checkpoint's parent chain since the nearest
 ancestor that stores a value for the channel (oldest first; that ancestor's own writes
 included, the checkpoint's not), and that value as `seed` (null if the walk reached the

@@ -246,5 +246,12 @@ class DeltaHistoryOut(Strict):
     channels: dict[str, ChannelHistoryOut]
 
 
+class LatestCheckpointOut(CheckpointOut):
+    delta_history: dict[str, ChannelHistoryOut] | None = Field(default=None, description=(
+        "With `delta_channel`: each of those channels' delta history of this checkpoint, "
+        "as `GET .../checkpoints/{checkpoint_id}/delta-history` answers it, read in the "
+        "same transaction; null without."))
+
+
 class Counted(Strict):
     count: int

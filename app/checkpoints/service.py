@@ -27,6 +27,7 @@ from app.checkpoints.schemas import (
     DeltaHistoryOut,
     DeltaWriteOut,
     ItemOut,
+    LatestCheckpointOut,
     TaskWritesIn,
     ValueOut,
     Version,
@@ -334,14 +335,20 @@ class CheckpointService:
 
     # --- reads ---------------------------------------------------------------------------
 
-    async def latest(self, thread_id: str, ns: str, *,
-                     by_digest: bool = False) -> CheckpointOut:
+    async def latest(self, thread_id: str, ns: str, *, by_digest: bool = False,
+                     delta_channels: list[str] | None = None) -> LatestCheckpointOut:
+        """The newest checkpoint of `ns`, with the delta history of `delta_channels` (the
+        walk `delta_history` does, for this checkpoint)."""
         row = await self.repo.latest_of_live(thread_id, ns)
         if row is None:
             await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
-        return (await self._expand(thread_id, row.thread_pk, [row], by_digest))[0]
+        out = (await self._expand(thread_id, row.thread_pk, [row], by_digest))[0]
+        history = (await self.delta_history(thread_id, ns, row.checkpoint_id, delta_channels,
+                                            by_digest=by_digest, thread_pk=row.thread_pk)
+                   ).channels if delta_channels else None
+        return LatestCheckpointOut.model_construct(**dict(out), delta_history=history)
 
     async def get(self, thread_id: str, ns: str, checkpoint_id: str, *,
                   by_digest: bool = False) -> CheckpointOut:
@@ -432,7 +439,8 @@ class CheckpointService:
         return out
 
     async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
-                            channels: list[str], *, by_digest: bool = False) -> DeltaHistoryOut:
+                            channels: list[str], *, by_digest: bool = False,
+                            thread_pk: int | None = None) -> DeltaHistoryOut:
         """Per channel, the pending writes on the parent chain of a checkpoint (`None`: the
         newest of `ns`) since the nearest ancestor that stores a value for it, oldest first,
         and that value (the seed; None if the walk reached the root). The checkpoint's own
@@ -461,8 +469,11 @@ class CheckpointService:
             raise Unprocessable(f"The parent chain of the checkpoint is longer than {MAX_WALK} "
                                 "checkpoints (or its parent ids form a cycle).")
         lists = [seed for seed in seeds.values() if seed._mapping["items"] is not None]
-        chunks, items = (await self._lists(await self.threads.live_pk(thread_id), lists,
-                                           by_digest) if lists else ({}, {}))
+        chunks, items = {}, {}
+        if lists:
+            if thread_pk is None:
+                thread_pk = await self.threads.live_pk(thread_id)
+            chunks, items = await self._lists(thread_pk, lists, by_digest)
         return DeltaHistoryOut(checkpoint_id=target.checkpoint_id, channels={
             channel: ChannelHistoryOut(
                 writes=[DeltaWriteOut(checkpoint_id=r.checkpoint_id, task_id=r.task_id,

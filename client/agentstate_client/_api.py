@@ -688,14 +688,18 @@ class _Api:
     @operation
     def get_checkpoint(self, thread_id: str, checkpoint_id: str | None = None, *,
                        checkpoint_ns: str = "",
-                       items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
+                       items: Literal["data", "digests"] | None = None,
+                       delta_channels: Sequence[str] = ()) -> Op[JsonObject]:
         """One checkpoint with its values and pending writes; the newest of the namespace
         when `checkpoint_id` is None. `items="digests"`: list values carry their items'
-        digests only (see `get_checkpoint_items`). Raises `NotFound`."""
+        digests only (see `get_checkpoint_items`). `delta_channels` (the newest only): their
+        delta history comes along, in `delta_history` (see `get_delta_history`). Raises
+        `NotFound`."""
         which = "latest" if checkpoint_id is None else segment(checkpoint_id)
         body: JsonObject = yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/checkpoints/{which}",
-            params=drop_none(checkpoint_ns=checkpoint_ns, items=items)))
+            params=drop_none(checkpoint_ns=checkpoint_ns, items=items,
+                             delta_channel=list(delta_channels) or None)))
         return body
 
     @operation

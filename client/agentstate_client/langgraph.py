@@ -138,6 +138,11 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._items: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self._items_bytes = 0
         self._item_cache_bytes = item_cache_bytes
+        # thread name -> the channels a delta history was last asked for: the next read of
+        # the thread's newest checkpoint asks for their history along with it, and
+        # (thread name, namespace) -> (checkpoint id, that history) until it is asked for.
+        self._delta_channels: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._delta_ahead: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
         self._pipe_: _Pipe | None = None
 
@@ -201,8 +206,15 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _forget(self, thread: str) -> None:
         with self._lock:
             self._known.pop(thread, None)
+            self._drop_ahead(thread)
             for key in [key for key in self._lists if key[0] == thread]:
                 del self._lists[key]
+
+    def _drop_ahead(self, thread: str) -> None:
+        """A write or a deletion makes a delta history read ahead for the thread stale
+        (under the lock)."""
+        for key in [key for key in self._delta_ahead if key[0] == thread]:
+            del self._delta_ahead[key]
 
     def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
                sent: _Sent) -> dict[str, Any]:
@@ -366,18 +378,24 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         name = encode_id(thread_id)
+        checkpoint_id, ns = get_checkpoint_id(config), conf.get("checkpoint_ns", "")
         with self._lock:
             cold = name not in self._known
+            # The newest checkpoint of a thread whose delta channels were asked for: their
+            # history comes along, what LangGraph asks for next (one request, not two).
+            delta = self._delta_channels.get(name, ()) if checkpoint_id is None else ()
         try:
             # A thread this saver has not written or read (a new process resuming it): the
             # items come with the checkpoint, one request; else their digests, and only the
             # items the cache lacks are fetched.
             body = yield from _Api.get_checkpoint.steps(
-                api, name, get_checkpoint_id(config),
-                checkpoint_ns=conf.get("checkpoint_ns", ""),
-                items="data" if cold else "digests")
+                api, name, checkpoint_id, checkpoint_ns=ns,
+                items="data" if cold else "digests", delta_channels=delta)
         except NotFound:
             return None
+        if body.get("delta_history") is not None:
+            with self._lock:
+                self._delta_ahead[(name, ns)] = (body["checkpoint_id"], body["delta_history"])
         if cold:
             self._learn_lists(name, body)
         items = yield from self._fill(api, name, body["values"].values())
@@ -472,6 +490,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
 
     def _checkpoint_entry(self, name: str, config: RunnableConfig, checkpoint: Checkpoint,
                           metadata: CheckpointMetadata, new_versions: ChannelVersions) -> _Entry:
+        with self._lock:
+            self._drop_ahead(name)
         body, sent = self._put_body(config, checkpoint, metadata, new_versions,
                                     self._known_for(name))
         return _Entry(checkpoint=body, sent=sent, resend=lambda: self._put_body(
@@ -485,6 +505,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             encoded.append({"idx": WRITES_IDX_MAP.get(channel, index), "channel": channel,
                             "type": type_, "data": _b64(data)})
         conf = config["configurable"]
+        with self._lock:
+            self._drop_ahead(encode_id(str(conf["thread_id"])))
         return _Entry(writes={"checkpoint_id": conf["checkpoint_id"],
                               "checkpoint_ns": conf.get("checkpoint_ns", ""),
                               "task_id": task_id, "task_path": task_path, "writes": encoded})
@@ -521,13 +543,25 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         """One request per 32 channels (the server walks the parent chain in one statement)."""
         conf = config["configurable"]
         name = encode_id(str(conf["thread_id"]))
+        ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
         wanted = list(dict.fromkeys(channels))
+        with self._lock:
+            ahead = self._delta_ahead.pop((name, ns), None)
+            if len(wanted) <= _CHANNELS:
+                self._delta_channels[name] = tuple(wanted)
+                self._delta_channels.move_to_end(name)
+                while len(self._delta_channels) > _KNOWN_THREADS:
+                    self._delta_channels.popitem(last=False)
         found: dict[str, dict[str, Any]] = {}
+        if (ahead is not None and checkpoint_id is not None and ahead[0] == checkpoint_id
+                and all(channel in ahead[1] for channel in wanted)):
+            # Read with the checkpoint, in its transaction: no request of its own.
+            found, wanted = {channel: ahead[1][channel] for channel in wanted}, []
         for start in range(0, len(wanted), _CHANNELS):
             try:
                 body = yield from _Api.get_delta_history.steps(
-                    api, name, wanted[start:start + _CHANNELS], get_checkpoint_id(config),
-                    checkpoint_ns=conf.get("checkpoint_ns", ""), items="digests")
+                    api, name, wanted[start:start + _CHANNELS], checkpoint_id,
+                    checkpoint_ns=ns, items="digests")
             except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
                 return {channel: {"writes": []} for channel in channels}
             found.update(body["channels"])

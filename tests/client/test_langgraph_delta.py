@@ -264,4 +264,23 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
         refused = await http.get(f"http://agentstate.test{base}/latest/delta-history",
                                  params=bad)
         assert refused.status_code == 422, (bad, refused.text)
+    # The newest checkpoint with its history along: what the walk of it answers, by digest
+    # as asked; without `delta_channel` the field is null.
+    along = await http.get(f"http://agentstate.test{base}/latest",
+                           params={"delta_channel": ["ch", "ch2"], "items": "digests"})
+    walked = await http.get(f"http://agentstate.test{base}/latest/delta-history",
+                            params={"channel": ["ch", "ch2"], "items": "digests"})
+    assert along.status_code == 200, along.text
+    assert along.json()["checkpoint_id"] == ids[2]
+    assert along.json()["delta_history"] == walked.json()["channels"]
+    assert walked.json()["channels"]["ch"]["seed"]["digests"]
+    alone = await http.get(f"http://agentstate.test{base}/latest")
+    assert alone.json()["delta_history"] is None
+    assert {k: v for k, v in along.json().items() if k != "delta_history"} == {
+        k: v for k, v in (await http.get(f"http://agentstate.test{base}/latest",
+                                         params={"items": "digests"})).json().items()
+        if k != "delta_history"}
+    for bad in ({"delta_channel": ""}, {"delta_channel": [f"c{n}" for n in range(33)]}):
+        refused = await http.get(f"http://agentstate.test{base}/latest", params=bad)
+        assert refused.status_code == 422, (bad, refused.text)
     saver.close()

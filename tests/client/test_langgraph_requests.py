@@ -47,8 +47,10 @@ async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transp
                                                   uid: str, delta: bool) -> None:
     """A one-node chat: the turn's read, then its three checkpoints with the two tasks'
     pending writes, as four requests (six saver calls), the same at turn 1 and turn 24, with
-    DeltaChannel too (one more read for the channel's history, one request whatever the
-    distance to its last snapshot). The answers equal InMemorySaver's."""
+    DeltaChannel too: the first turn that needs the channel's history reads it with one
+    request of its own (whatever the distance to its last snapshot); after that, the turn's
+    read of the newest checkpoint brings the history along. The answers equal
+    InMemorySaver's."""
     ours, reference = chat(saver, delta), chat(InMemorySaver(), delta)
     config = {"configurable": {"thread_id": f"turns-{uid}"}}
     per_turn = []
@@ -61,15 +63,16 @@ async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transp
                                            config)
         assert [(m.type, m.content) for m in got["messages"]] == [
             (m.type, m.content) for m in expected["messages"]]
-    histories = 0
+    alone = [turn for turn, requests in enumerate(per_turn, 1)
+             if "GET delta-history" in requests]
+    assert alone == ([2] if delta else []), per_turn  # turn 1 has no checkpoint to read
     for requests in per_turn[1:]:
         assert requests[0] == "GET latest", requests
-        # The history is read unless the newest checkpoint holds a snapshot of the channel.
-        history = delta and requests[1] == "GET delta-history"
-        histories += history
+        history = requests[1] == "GET delta-history"
         assert set(requests[1 + history:]) == {"POST batch"}, requests
         assert len(requests) <= 1 + history + (4 if delta else 3), requests
-    assert histories > 10 if delta else histories == 0
+    with_latest = [query for query in transport.queries if "delta_channel" in query]
+    assert len(with_latest) == (22 if delta else 0), transport.queries
     state = await ours.aget_state(config)
     assert len(state.values["messages"]) == 48
 
