@@ -100,8 +100,9 @@ def validation_error(errors: list[dict[str, Any]]) -> AppError:
         message = str(err.get("msg", "invalid"))
         if loc and loc[0] == "body":
             items.append({"pointer": _pointer(loc[1:]), "code": code, "message": message})
-        elif loc:
-            items.append({"parameter": str(loc[-1]), "code": code, "message": message})
+        elif loc:  # (where, name) or, for one of a repeated query parameter, (where, name, n)
+            items.append({"parameter": str(loc[1] if len(loc) > 1 else loc[0]), "code": code,
+                          "message": message})
         else:
             items.append({"pointer": "", "code": code, "message": message})
     unknown = [item for item in items if item["code"] == "unknown_field"]

@@ -280,7 +280,9 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
         k: v for k, v in (await http.get(f"http://agentstate.test{base}/latest",
                                          params={"items": "digests"})).json().items()
         if k != "delta_history"}
-    for bad in ({"delta_channel": ""}, {"delta_channel": [f"c{n}" for n in range(33)]}):
+    for bad in ({"delta_channel": ["ch", ""]}, {"delta_channel": [f"c{n}" for n in range(33)]}):
         refused = await http.get(f"http://agentstate.test{base}/latest", params=bad)
         assert refused.status_code == 422, (bad, refused.text)
+        # The parameter by its name, also for one of its repeats.
+        assert refused.json()["errors"][0]["parameter"] == "delta_channel", refused.text
     saver.close()
