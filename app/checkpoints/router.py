@@ -28,6 +28,7 @@ from app.core.schemas import NAME_PATTERN
 from app.http.dependencies import IfMatchWriter, Reader, Writer
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ThreadId, json_object_param, name_path
+from app.http.preconditions import model_json
 from app.http.problems import responses
 from app.http.routing import DomainRouter
 
@@ -141,15 +142,17 @@ DeltaChannels = Annotated[list[ChannelName] | None, Query(
         "for more, at most 32): one request where a LangGraph `DeltaChannel` would take two."))]
 
 
-@router.get(f"{BASE}/latest", responses=responses(404, 414, 422),
+# The reads answer their model's own JSON (`model_json`): a 400-message log is not
+# validated again item by item on its way out.
+@router.get(f"{BASE}/latest", response_model=LatestCheckpointOut,
+            responses=responses(404, 414, 422),
             summary="Get the newest checkpoint of a namespace")
 async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader,
                                 checkpoint_ns: Namespace = "",
                                 items: ItemsMode = "data",
-                                delta_channels: DeltaChannels = None) -> LatestCheckpointOut:
-    return await CheckpointService(uow).latest(thread_id, checkpoint_ns,
-                                               by_digest=items == "digests",
-                                               delta_channels=delta_channels)
+                                delta_channels: DeltaChannels = None) -> Response:
+    return model_json(await CheckpointService(uow).latest(
+        thread_id, checkpoint_ns, by_digest=items == "digests", delta_channels=delta_channels))
 
 
 HISTORY = """Per channel: the pending writes on the checkpoint's parent chain since the nearest
@@ -158,24 +161,26 @@ included, the checkpoint's not), and that value as `seed` (null if the walk reac
 root). What LangGraph's `get_delta_channel_history` answers, in one statement."""
 
 
-@router.get(f"{BASE}/latest/delta-history", responses=responses(404, 414, 422),
+@router.get(f"{BASE}/latest/delta-history", response_model=DeltaHistoryOut,
+            responses=responses(404, 414, 422),
             summary="Delta channel history of the newest checkpoint of a namespace",
             description=HISTORY)
 async def get_latest_delta_history(thread_id: ThreadId, uow: Reader,
                                    channels: Channels, checkpoint_ns: Namespace = "",
-                                   items: ItemsMode = "data") -> DeltaHistoryOut:
-    return await CheckpointService(uow).delta_history(
-        thread_id, checkpoint_ns, None, channels, by_digest=items == "digests")
+                                   items: ItemsMode = "data") -> Response:
+    return model_json(await CheckpointService(uow).delta_history(
+        thread_id, checkpoint_ns, None, channels, by_digest=items == "digests"))
 
 
-@router.get(ONE + "/delta-history", responses=responses(404, 414, 422),
+@router.get(ONE + "/delta-history", response_model=DeltaHistoryOut,
+            responses=responses(404, 414, 422),
             summary="Delta channel history of a checkpoint", description=HISTORY)
 async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
                             channels: Channels,
                             checkpoint_ns: Namespace = "",
-                            items: ItemsMode = "data") -> DeltaHistoryOut:
-    return await CheckpointService(uow).delta_history(
-        thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests")
+                            items: ItemsMode = "data") -> Response:
+    return model_json(await CheckpointService(uow).delta_history(
+        thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests"))
 
 
 @router.post(f"{BASE}/items", responses=responses(404),
@@ -187,13 +192,13 @@ async def get_checkpoint_items(thread_id: ThreadId, body: ItemsIn, uow: Writer) 
     return ItemsOut(data=await CheckpointService(uow).items(thread_id, body.digests))
 
 
-@router.get(ONE, responses=responses(404),
+@router.get(ONE, response_model=CheckpointOut, responses=responses(404),
             summary="Get a checkpoint with its values and pending writes")
 async def get_checkpoint(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
                          checkpoint_ns: Namespace = "",
-                         items: ItemsMode = "data") -> CheckpointOut:
-    return await CheckpointService(uow).get(thread_id, checkpoint_ns, checkpoint_id,
-                                                      by_digest=items == "digests")
+                         items: ItemsMode = "data") -> Response:
+    return model_json(await CheckpointService(uow).get(thread_id, checkpoint_ns, checkpoint_id,
+                                                       by_digest=items == "digests"))
 
 
 @router.post(ONE + "/writes", responses=responses(410, 412),

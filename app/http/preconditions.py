@@ -69,15 +69,22 @@ def conditional(response: Response, body: M, revision: int,
     return with_etag(response, body, revision)
 
 
+def model_json(body: BaseModel, *, status_code: int = 200, exclude_unset: bool = False,
+               headers: dict[str, str] | None = None) -> Response:
+    """The body as JSON, serialised once by its own model: the bytes the route's response
+    model would send, without FastAPI validating again a model that was built validated
+    (the route keeps declaring its `response_model` for the OpenAPI document; a returned
+    Response carries its headers itself)."""
+    return Response(body.model_dump_json(exclude_unset=exclude_unset), status_code=status_code,
+                    media_type="application/json", headers=headers)
+
+
 def json_with_etag(body: BaseModel, revision: int, *, status_code: int = 200,
                    exclude_unset: bool = False, headers: dict[str, str] | None = None,
                    ) -> Response:
-    """The body as JSON with its ETag, serialised once by its own model: the bytes the
-    route's response model would send, without FastAPI validating again a model that was
-    built validated (and the extra headers, which a returned Response must carry itself)."""
-    return Response(body.model_dump_json(exclude_unset=exclude_unset), status_code=status_code,
-                    media_type="application/json",
-                    headers={"ETag": etag(revision), **(headers or {})})
+    """`model_json` with the body's ETag."""
+    return model_json(body, status_code=status_code, exclude_unset=exclude_unset,
+                      headers={"ETag": etag(revision), **(headers or {})})
 
 
 def conditional_json(body: BaseModel, revision: int, validator: Preconditions, *,

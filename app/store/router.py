@@ -4,7 +4,6 @@ from typing import Annotated
 
 from fastapi import Body, Depends, Path, Query, Request, Response
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
 
 from app.core.errors import NotFound
 from app.core.revisions import etag
@@ -15,7 +14,7 @@ from app.http.dependencies import (
     RefreshingReader,
 )
 from app.http.idempotency import IdempotencyDep
-from app.http.preconditions import NOT_MODIFIED, conditional
+from app.http.preconditions import NOT_MODIFIED, conditional, json_with_etag, model_json
 from app.http.problems import responses
 from app.http.routing import DomainRouter, ParsedBodyRoute
 from app.store.addressing import Addressing, item_path
@@ -63,13 +62,6 @@ async def _address(
 Address = Annotated[tuple[str, str], Depends(_address)]
 
 
-def _json(body: BaseModel, headers: dict[str, str] | None = None) -> Response:
-    """The model rendered by pydantic once: returned as a model, FastAPI would validate it
-    against the response model again and render it through `jsonable_encoder`-like steps
-    (the declared `response_model` still documents it)."""
-    return Response(body.model_dump_json(), media_type="application/json", headers=headers)
-
-
 def _answer(written: Written, address: tuple[str, str]) -> Response:
     headers: dict[str, str] = {}
     if written.replayed:
@@ -93,7 +85,7 @@ async def get_store_item(
     answer = conditional(response, item, item.revision, uow.preconditions)
     if isinstance(answer, Response):
         return answer
-    return _json(item, {"ETag": etag(item.revision)})
+    return json_with_etag(item, item.revision)
 
 
 @router.put(ITEM, response_model=ItemOut,
@@ -132,7 +124,7 @@ async def search_store_items(body: SearchIn, uow: RefreshingReader) -> Response:
     `query`: full-text relevance; with `vector`: similarity to it (exact; approximate, by
     HNSW, on a large index where Postgres has pgvector); with both:
     reciprocal rank fusion of the two rankings. Needs only the `read` scope."""
-    return _json(await StoreService(uow).search(body))
+    return model_json(await StoreService(uow).search(body))
 
 
 @router.post("/v1/store/namespaces", response_model=NamespacePage, responses=responses(),
