@@ -24,9 +24,12 @@ async def batch(client: httpx.AsyncClient, *operations: dict[str, Any],
 
 
 async def events(app: FastAPI, thread_id: str) -> list[str]:
+    """The thread's event types in the order they were written: by id, the order the
+    sequencer numbers them in (on Postgres an event has no seq until a pass after its
+    commit has numbered it, which may not have run yet)."""
     async with app.state.db.read() as connection:
         return list((await connection.execute(
-            select(Event.type).where(Event.thread_id == thread_id).order_by(Event.seq)
+            select(Event.type).where(Event.thread_id == thread_id).order_by(Event.id)
         )).scalars().all())
 
 
