@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from app.core.settings import Settings
 from tests.conftest import http_client, migrated_database, running
@@ -250,6 +251,37 @@ async def test_a_list_sent_as_what_it_gained(client: httpx.AsyncClient, uid: str
         {"channel": "log", "version": 9, "base_version": 8, "type": "list", "items": []}]))
     assert missing.status_code == 409 and missing.json()["code"] == "checkpoint_items_missing"
     assert (await client.get(f"{base}/c9")).status_code == 404, "nothing written"
+
+
+async def test_a_batch_extends_and_names_what_it_stores_itself(
+        app: FastAPI, client: httpx.AsyncClient, uid: str, backend: str) -> None:
+    """A batch's values, items and writes are stored together at its end (one statement on
+    Postgres): a later checkpoint of the batch may extend a list an earlier one of it sends
+    (`base_version`) and name its items by digest, as it could once that was stored."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [f"entry {n}".encode() for n in range(70)]
+    first = body("c1", {"log": 1}, [{"channel": "log", "version": 1, "type": "list", "items": [
+        {"type": "msgpack", "data": b64(m)} for m in log[:66]]}])
+    second = body("c2", {"log": 2}, [{"channel": "log", "version": 2, "base_version": 1,
+                                      "type": "list", "items": [
+        {"digest": digest("msgpack", log[0])}, *(
+            {"type": "msgpack", "data": b64(m)} for m in log[66:])]}], parent="c1")
+    writes = [{"checkpoint_id": "c2", "task_id": "t", "writes": [
+        {"idx": 0, "channel": "log", "type": "bytes", "data": b64(b"w")}]}]
+    with statements(app) as heard:
+        stored = await client.post(f"{base}/batch", json={"checkpoints": [first, second],
+                                                          "writes": writes})
+    assert stored.status_code == 200, stored.text
+    got = (await client.get(f"{base}/c2")).json()
+    assert [base64.b64decode(i["data"]) for i in got["values"]["log"]["items"]] == [
+        *log[:66], log[0], *log[66:]]
+    assert [w["task_id"] for w in got["pending_writes"]] == ["t"]
+    inserts = [s.sql for s in heard if "INSERT INTO checkpoint_" in s.sql]
+    tables = ("checkpoint_items", "checkpoint_blobs", "checkpoint_writes")
+    if backend == "postgres":
+        assert len(inserts) == 1 and all(table in inserts[0] for table in tables), inserts
+    else:  # an executemany each
+        assert [next(t for t in tables if t in sql) for sql in inserts] == list(tables)
 
 
 async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:

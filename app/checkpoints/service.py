@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.checkpoints.errors import CheckpointExists, CheckpointItemsMissing, CheckpointNotFound
@@ -81,6 +82,17 @@ def _channel_versions(checkpoint: dict[str, Any]) -> dict[str, str]:
     return {channel: version_key(v) for channel, v in versions.items()}
 
 
+@dataclass
+class _New:
+    """What a write request stores besides checkpoint rows, gathered as its checkpoints and
+    writes are read and inserted at its end in one statement (`CheckpointRepository.
+    insert_all`). Rows without tenant_id and thread_pk."""
+
+    items: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    blobs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    writes: list[dict[str, Any]] = field(default_factory=list)
+
+
 def _split(items: bytes | None) -> list[bytes]:
     if not items:
         return []
@@ -112,7 +124,10 @@ class CheckpointService:
         """Store a checkpoint and the values it adds; (its key, whether it was a replay)."""
         _channel_versions(body.checkpoint)
         thread = await self._writable(thread_id, pre)
-        return await self._create(thread.id, thread_id, body)
+        new = _New()
+        created = await self._create(thread.id, thread_id, body, new)
+        await self._insert(thread.id, new)
+        return created
 
     async def batch(self, thread_id: str, body: CheckpointBatchIn,
                     pre: Preconditions) -> CheckpointBatchOut:
@@ -127,15 +142,20 @@ class CheckpointService:
                     for e in error.extra["errors"]]
                 raise
         thread = await self._writable(thread_id, pre)
-        refs = []
+        new, refs = _New(), []
         for checkpoint in body.checkpoints:
-            ref, replayed = await self._create(thread.id, thread_id, checkpoint)
+            ref, replayed = await self._create(thread.id, thread_id, checkpoint, new)
             refs.append(CheckpointBatchRef(**ref.model_dump(), replayed=replayed))
-        await self._store_writes(thread.id, thread_id, body.writes)
+        self._store_writes(thread_id, body.writes, new)
+        await self._insert(thread.id, new)
         return CheckpointBatchOut(checkpoints=refs, writes=sum(len(w.writes) for w in body.writes))
 
-    async def _create(self, thread_pk: int, thread_id: str,
-                      body: CheckpointIn) -> tuple[CheckpointRef, bool]:
+    async def _insert(self, thread_pk: int, new: _New) -> None:
+        await self.repo.insert_all(thread_pk, list(new.items.values()), list(new.blobs.values()),
+                                   new.writes)
+
+    async def _create(self, thread_pk: int, thread_id: str, body: CheckpointIn,
+                      new: _New) -> tuple[CheckpointRef, bool]:
         digest = _content_hash(body)
         # The checkpoint row first: a replay or a conflict is known before any value is
         # written, without a read of its own in the common case.
@@ -153,7 +173,7 @@ class CheckpointService:
             return self._replayed(thread_id, existing, digest), True
         # A no-op on Postgres, where the insert took it; SQLite serialises writers.
         await self.repo.lock_values(thread_pk, exclusive=False)
-        await self._store_values(thread_pk, body)
+        await self._store_values(thread_pk, body, new)
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
         return self._ref(thread_id, row), False
@@ -173,13 +193,13 @@ class CheckpointService:
                              parent_checkpoint_id=row.parent_checkpoint_id,
                              created_at=row.created_at)
 
-    async def _store_values(self, thread_pk: int, body: CheckpointIn) -> None:
+    async def _store_values(self, thread_pk: int, body: CheckpointIn, new: _New) -> None:
+        """Gather the values `body` adds into `new` (their lists' items and chunks too)."""
         blobs: list[dict[str, Any]] = []
         new_items: dict[bytes, dict[str, Any]] = {}
         referenced: set[bytes] = set()
         for value in body.values:
-            row: dict[str, Any] = {"thread_pk": thread_pk, "checkpoint_ns": body.checkpoint_ns,
-                                   "channel": value.channel,
+            row: dict[str, Any] = {"checkpoint_ns": body.checkpoint_ns, "channel": value.channel,
                                    "version": version_key(value.version), "type": value.type,
                                    "data": value.data, "items": None}
             if value.items is not None:
@@ -187,8 +207,7 @@ class CheckpointService:
                 for item in value.items:
                     if item.data is not None and item.type is not None:
                         key = item_digest(item.type, item.data)
-                        new_items[key] = {"thread_pk": thread_pk, "digest": key,
-                                          "type": item.type, "data": item.data}
+                        new_items[key] = {"digest": key, "type": item.type, "data": item.data}
                     else:
                         assert item.digest is not None
                         key = bytes.fromhex(item.digest)
@@ -199,45 +218,52 @@ class CheckpointService:
                     # The stored list at base_version, then these items: its full chunks are
                     # kept as they are, its last one is continued.
                     chunks, tail = await self._base(thread_pk, body.checkpoint_ns,
-                                                    value.channel, value.base_version)
+                                                    value.channel, value.base_version, new)
                     digests = tail + digests
                 for start in range(0, len(digests), CHUNK):
                     data = b"".join(digests[start:start + CHUNK])
                     key = item_digest(CHUNK_TYPE, data)
-                    new_items[key] = {"thread_pk": thread_pk, "digest": key,
-                                      "type": CHUNK_TYPE, "data": data}
+                    new_items[key] = {"digest": key, "type": CHUNK_TYPE, "data": data}
                     chunks.append(key)
                 row["items"] = b"".join(chunks)
             blobs.append(row)
-        referenced -= set(new_items)
+        referenced -= new_items.keys() | new.items.keys()
         if referenced:
             missing = referenced - await self.repo.held_digests(thread_pk, list(referenced))
             if missing:
                 raise CheckpointItemsMissing(
                     f"{len(missing)} items sent by digest are not stored in this thread; "
                     "send them with type and data.", missing=sorted(d.hex() for d in missing))
-        await self.repo.insert_items(list(new_items.values()))
-        await self.repo.insert_blobs(blobs)
+        for key, item in new_items.items():
+            new.items.setdefault(key, item)
+        for row in blobs:  # the first value under a key is kept, as the insert keeps it
+            new.blobs.setdefault((row["checkpoint_ns"], row["channel"], row["version"]), row)
 
-    async def _base(self, thread_pk: int, ns: str, channel: str,
-                    version: Version) -> tuple[list[bytes], list[bytes]]:
-        """The full chunks of a stored list value and the item digests of its last chunk
-        when that one is not full; 409 if the thread holds no such list."""
+    async def _base(self, thread_pk: int, ns: str, channel: str, version: Version,
+                    new: _New) -> tuple[list[bytes], list[bytes]]:
+        """The full chunks of a stored list value (or of one this request stores) and the
+        item digests of its last chunk when that one is not full; 409 if the thread holds
+        no such list."""
         key = version_key(version)
         found = await self.repo.list_value(thread_pk, ns, channel, key)  # with its last chunk
         stored = found._mapping["items"] if found is not None else None
-        if found is None or stored is None:
+        last = found.last if found is not None else None
+        if found is None and (ns, channel, key) in new.blobs:  # an earlier one of the batch
+            stored = new.blobs[(ns, channel, key)]["items"]
+            chunk = new.items.get(stored[-DIGEST_BYTES:]) if stored else None
+            last = chunk["data"] if chunk is not None else None
+        if stored is None:
             raise CheckpointItemsMissing(
                 f"Version {key!r} of channel {channel!r} is not a list stored in this thread; "
                 "send every item.", missing=[])
         chunks = _split(stored)
         if not chunks:
             return [], []
-        if found.last is None:
+        if last is None:
             raise CheckpointItemsMissing(f"The last chunk of version {key!r} of channel "
                                          f"{channel!r} is not stored; send every item.",
                                          missing=[chunks[-1].hex()])
-        tail = _split(found.last)
+        tail = _split(last)
         return (chunks, []) if len(tail) == CHUNK else (chunks[:-1], tail)
 
     async def put_writes(self, thread_id: str, checkpoint_id: str, body: WritesIn,
@@ -249,17 +275,18 @@ class CheckpointService:
         background (LangGraph's default durability), so a task's writes may arrive first.
         They are read with the checkpoint once it is there, and deleted with it."""
         thread = await self._writable(thread_id, pre)
-        await self._store_writes(thread.id, thread_id, [
-            TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))])
+        new = _New()
+        self._store_writes(thread_id, [TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))],
+                           new)
+        await self._insert(thread.id, new)
         return len(body.writes)
 
-    async def _store_writes(self, thread_pk: int, thread_id: str,
-                            tasks: list[TaskWritesIn]) -> None:
-        await self.repo.insert_writes([
-            {"thread_pk": thread_pk, "checkpoint_ns": task.checkpoint_ns,
-             "checkpoint_id": task.checkpoint_id, "task_id": task.task_id, "idx": write.idx,
-             "channel": write.channel, "type": write.type, "data": write.data,
-             "task_path": task.task_path} for task in tasks for write in task.writes])
+    def _store_writes(self, thread_id: str, tasks: list[TaskWritesIn], new: _New) -> None:
+        new.writes.extend(
+            {"checkpoint_ns": task.checkpoint_ns, "checkpoint_id": task.checkpoint_id,
+             "task_id": task.task_id, "idx": write.idx, "channel": write.channel,
+             "type": write.type, "data": write.data, "task_path": task.task_path}
+            for task in tasks for write in task.writes)
         for task in tasks:
             self._record("writes_added", thread_id,
                          f"{checkpoints_path(thread_id)}/{task.checkpoint_id}/writes")
