@@ -34,6 +34,7 @@ from bench.server import create_postgres_database, drop_postgres_database, migra
 
 HOST = b"127.0.0.1:8000"
 STORE_ITEMS = 100  # store items of each slot's namespace (the store_* operations)
+MESSAGES = 40  # messages of each slot's thread with --messages
 
 
 async def call(app: Any, method: str, path: str, body: bytes | None = None,
@@ -99,7 +100,7 @@ class Slot:
 
 
 async def setup(app: Any, run: str, index: int, store: bool = False,
-                checkpoints: bool = False) -> Slot:
+                checkpoints: bool = False, messages: bool = False) -> Slot:
     slot = Slot(f"inproc-{run}-{index}")
     body = json.dumps({"thread_id": slot.thread, "state": {"status": "running", "step": 0}})
     status, _, payload = await call(app, "POST", "/v1/threads", body.encode())
@@ -108,6 +109,11 @@ async def setup(app: Any, run: str, index: int, store: bool = False,
         item = json.dumps({"value": {"text": f"memory {key}", "tag": f"t{key % 10}"}})
         status, _, payload = await call(app, "PUT", f"/v1/store/items/{slot.thread}/k{key}",
                                         item.encode())
+        assert status == 201, payload
+    for n in range(MESSAGES if messages else 0):  # a conversation, for messages_page
+        status, _, payload = await call(app, "POST", f"/v1/threads/{slot.thread}/messages",
+                                        json.dumps({"role": "user", "content": f"m{n}",
+                                                    "item": {"n": n}}).encode())
         assert status == 201, payload
     if checkpoints:  # a first checkpoint, for cp_latest
         status, _, payload = await call(app, "POST", f"/v1/threads/{slot.thread}/checkpoints/"
@@ -120,6 +126,8 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     slot.counter += 1
     if op in ("get_thread", "floor"):
         return "GET", f"/v1/threads/{slot.thread}", None, []
+    if op == "messages_page":  # AgentStateSession.get_items(20): the newest 20, one page
+        return "GET", f"/v1/threads/{slot.thread}/messages?order=desc&limit=20", None, []
     if op == "cp_latest":  # AgentStateSaver's aget_tuple
         return "GET", f"/v1/threads/{slot.thread}/checkpoints/latest?items=digests", None, []
     if op == "cp_batch":  # a LangGraph step: a checkpoint and a task's pending writes
@@ -217,11 +225,12 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
         try:
             run = time.strftime("%H%M%S")
             slots = [await setup(ours, run, i, store=bool(args.store),
-                                 checkpoints=bool(args.checkpoints)) for i in range(4)]
+                                 checkpoints=bool(args.checkpoints),
+                                 messages=bool(args.messages)) for i in range(4)]
             # state replace on threads of its own: an append moves the thread's revision.
             own = [await setup(ours, run + "r", i) for i in range(4)]
             ops = ["get_thread", "floor", "state_replace", "append_1", *args.store,
-                   *args.checkpoints]
+                   *args.checkpoints, *args.messages]
             if args.calls:
                 print("Python function calls per request (calls into Python and C functions, "
                       "counted by sys.setprofile: the interpreter's work, free of the noise "
@@ -243,6 +252,8 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
                 profiler.disable()
                 stats = pstats.Stats(profiler)
                 stats.sort_stats(args.sort).print_stats(args.top)
+                if os.environ.get("BENCH_CALLERS"):
+                    stats.print_callers(os.environ["BENCH_CALLERS"])
                 return
             samples: dict[str, list[float]] = {op: [] for op in ops}
             for _ in range(args.rounds):
@@ -271,6 +282,10 @@ def main() -> None:
     parser.add_argument("--store", action="store_const", default=[],
                         const=["store_get", "store_put", "store_search"],
                         help="also the store's get, put and a filtered search (10 of 100)")
+    parser.add_argument("--messages", action="store_const", default=[],
+                        const=["messages_page"],
+                        help="also a page of the newest 20 of a thread's 40 messages (as "
+                             "AgentStateSession.get_items(20) reads)")
     parser.add_argument("--checkpoints", action="store_const", default=[],
                         const=["cp_latest", "cp_batch"],
                         help="also AgentStateSaver's read (latest, by digest) and a step's "

@@ -9,7 +9,9 @@ turn by turn alternately, so all see the same machine.
 Reports the median `add_items` latency per turn over turns 1-10 and the last ten turns, a
 `get_items(limit=20)` (what a Runner with a session limit reads), and `get_items()` of the
 whole session (reads alternate between the sessions too). One request at a time: latency,
-not load.
+not load. Beside the reads, the floor of any read over HTTP on this stack: the GET of a bare
+FastAPI endpoint whose one SELECT reads a row (bench/minimal_app.py), through the client's
+own HTTP transport, in the same rotation.
 """
 
 from __future__ import annotations
@@ -23,11 +25,16 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
+import httpx
+from agentstate_client._http1 import AsyncHTTP1Transport
+from sqlalchemy.engine import make_url
+
 from bench.server import (
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
     migrate,
+    minimal_server,
 )
 
 EARLY = 10
@@ -41,8 +48,11 @@ def items(turn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return question, answer
 
 
-async def conversations(sessions: dict[str, Any], turns: int,
-                        reads: int) -> dict[str, dict[str, Any]]:
+FLOOR = "floor: bare FastAPI + asyncpg GET, one SELECT"
+
+
+async def conversations(sessions: dict[str, Any], turns: int, reads: int,
+                        floor: Any) -> dict[str, dict[str, Any]]:
     per_turn: dict[str, list[float]] = {name: [] for name in sessions}
     for turn in range(1, turns + 1):
         for name, session in sessions.items():
@@ -52,6 +62,7 @@ async def conversations(sessions: dict[str, Any], turns: int,
             per_turn[name].append(time.perf_counter() - start)
     timed: dict[str, dict[int | None, list[float]]] = {
         name: {20: [], None: []} for name in sessions}
+    floors: list[float] = []
     for _ in range(reads):
         for limit in (20, None):
             for name, session in sessions.items():
@@ -59,39 +70,59 @@ async def conversations(sessions: dict[str, Any], turns: int,
                 got = await session.get_items(limit)
                 timed[name][limit].append(time.perf_counter() - start)
                 assert len(got) == (limit or 2 * turns)
-    return {name: {"early_turn_ms": round(median(per_turn[name][:EARLY]) * 1000, 2),
+            start = time.perf_counter()
+            await floor()
+            floors.append(time.perf_counter() - start)
+    return {FLOOR: {"get_ms": round(median(floors) * 1000, 2)}, **{name: {"early_turn_ms": round(median(per_turn[name][:EARLY]) * 1000, 2),
                    "late_turn_ms": round(median(per_turn[name][-EARLY:]) * 1000, 2),
                    "get_items_20_ms": round(median(timed[name][20]) * 1000, 2),
                    "get_items_all_ms": round(median(timed[name][None]) * 1000, 2),
-                   "items": 2 * turns} for name in sessions}
+                   "items": 2 * turns} for name in sessions}}
 
 
 async def compare(base_url: str, database: str, sqlite_path: Path, turns: int,
-                  reads: int) -> dict[str, Any]:
+                  reads: int, floor_url: str) -> dict[str, Any]:
     from agents import SQLiteSession
     from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
+    from agentstate_client import AsyncAgentStateClient
     from agentstate_client.openai_agents import AgentStateSession
 
     peer = SQLAlchemySession.from_url("bench", url=database, create_tables=True)
     local = SQLiteSession("bench", db_path=sqlite_path)
+    async with AsyncAgentStateClient(base_url) as api:
+        await api.create_thread("floor", state={"bench": "floor"})
+    floor = httpx.AsyncClient(transport=AsyncHTTP1Transport())
+
+    async def floor_get() -> None:
+        answer = await floor.get(f"{floor_url}/v1/threads/floor")
+        answer.raise_for_status()
+        answer.json()
+
     async with AgentStateSession("bench/openai", base_url=base_url) as ours:
         try:
+            for _ in range(20):
+                await floor_get()
             return await conversations({"agentstate_over_http": ours,
                                         "sqlalchemy_session_postgres": peer,
-                                        "sqlite_session": local}, turns, reads)
+                                        "sqlite_session": local}, turns, reads, floor_get)
         finally:
             local.close()
             await peer.engine.dispose()
+            await floor.aclose()
 
 
 def run(turns: int, reads: int) -> dict[str, Any]:
     database = create_postgres_database()
     try:
         migrate(database)
+        plain = make_url(database).set(drivername="postgresql").render_as_string(
+            hide_password=False)
         with tempfile.TemporaryDirectory() as scratch, \
-                agentstate_server(database, workers=1) as server:
+                agentstate_server(database, workers=1) as server, \
+                minimal_server(1, plain) as floor:
             return {"turns": turns, **asyncio.run(compare(
-                server.base_url, database, Path(scratch) / "sessions.db", turns, reads))}
+                server.base_url, database, Path(scratch) / "sessions.db", turns, reads,
+                floor.base_url))}
     finally:
         drop_postgres_database(database)
 
@@ -109,6 +140,7 @@ def main() -> None:
         r = results[name]
         print(f"| {name} | {r['early_turn_ms']} ms | {r['late_turn_ms']} ms | "
               f"{r['get_items_20_ms']} ms | {r['get_items_all_ms']} ms ({r['items']} items) |")
+    print(f"| {FLOOR} | | | {results[FLOOR]['get_ms']} ms | |")
 
 
 if __name__ == "__main__":
