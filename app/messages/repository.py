@@ -12,6 +12,7 @@ from typing import Any, Literal
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Integer,
     Text,
     bindparam,
     case,
@@ -79,6 +80,33 @@ def _append(postgres: bool) -> Any:
     return ((postgresql if postgres else sqlite).insert(m)
             .on_conflict_do_nothing(index_elements=["thread_pk", "message_id"])
             .returning(m.c.message_id))
+
+
+@cache
+def _page(postgres: bool, as_stored: bool, live: bool, descending: bool, lower: bool,
+          upper: bool, role: bool, agent_name: bool, created_after: bool) -> Any:
+    """The statement of `MessageRepository.page` for one shape of its filters, built once:
+    each page is then a lookup of its compiled form, not a statement built, walked for its
+    cache key and compiled again."""
+    stmt = select(*_as_stored(postgres)) if as_stored else select(m)
+    stmt = stmt.where(m.c.thread_pk == bindparam("pk", type_=BigInteger),
+                      m.c.tenant_id == bindparam("tenant"))
+    if live:
+        stmt = stmt.where(m.c.status == LIVE)
+    for name, present, above in (("lower", lower, True), ("upper", upper, False)):
+        if present:
+            key = tuple_(bindparam(f"{name}_position", type_=BigInteger),
+                         bindparam(f"{name}_seq", type_=BigInteger))
+            stmt = stmt.where(_POSITION_SEQ > key if above else _POSITION_SEQ < key)
+    if role:
+        stmt = stmt.where(m.c.role == bindparam("role"))
+    if agent_name:
+        stmt = stmt.where(m.c.agent_name == bindparam("agent_name"))
+    if created_after:
+        stmt = stmt.where(m.c.created_at > bindparam("created_after",
+                                                     type_=m.c.created_at.type))
+    order = ((m.c.position.desc(), m.c.seq.desc()) if descending else (m.c.position, m.c.seq))
+    return stmt.order_by(*order).limit(bindparam("limit", type_=Integer))
 
 
 def checks_ids_on_insert(messages: Sequence[MessageIn]) -> bool:
@@ -178,26 +206,16 @@ class MessageRepository:
         Every bound is a (position, seq) row value, so both backends seek the index to it
         instead of stepping over the rows before it.
         """
-        stmt = (select(*_as_stored(dialect_name(self.connection) == "postgresql")) if as_stored
-                else select(m))
-        stmt = stmt.where(self._thread(thread_pk))
-        if live:
-            stmt = stmt.where(m.c.status == LIVE)
-        if lower is not None:
-            stmt = stmt.where(_POSITION_SEQ > _bound(lower))
-        if upper is not None:
-            stmt = stmt.where(_POSITION_SEQ < _bound(upper))
-        if role is not None:
-            stmt = stmt.where(m.c.role == role)
-        if agent_name is not None:
-            stmt = stmt.where(m.c.agent_name == agent_name)
-        if created_after is not None:
-            stmt = stmt.where(m.c.created_at > created_after)
-        if descending:
-            stmt = stmt.order_by(m.c.position.desc(), m.c.seq.desc())
-        else:
-            stmt = stmt.order_by(m.c.position, m.c.seq)
-        return list((await self.connection.execute(stmt.limit(limit))).all())
+        stmt = _page(dialect_name(self.connection) == "postgresql", as_stored, live,
+                     descending, lower is not None, upper is not None, role is not None,
+                     agent_name is not None, created_after is not None)
+        params: dict[str, Any] = {"pk": thread_pk, "tenant": self.tenant_id, "limit": limit,
+                                  "role": role, "agent_name": agent_name,
+                                  "created_after": created_after}
+        for name, key in (("lower", lower), ("upper", upper)):
+            if key is not None:
+                params[f"{name}_position"], params[f"{name}_seq"] = key
+        return await direct.rows(self.connection, stmt, params)
 
     async def remove(self, thread_pk: int, seqs: Sequence[int]) -> None:
         """Delete the rows: their content is gone from the table, their seqs stay unused."""
