@@ -99,8 +99,8 @@ def _insert_ignoring(postgres: bool, name: str) -> Any:
 # subquery, so the plan is index probes by the full key whatever the planner believes of
 # the tables. Written as a join or `= ANY`, a table whose statistics were taken while it was
 # small (a new deployment's first minutes, any short benchmark) was planned as a scan of the
-# thread's rows filtered against the keys: 1.3 ms for three values of a 400-turn chat
-# instead of 0.1 (docs/PERFORMANCE.md).
+# thread's rows filtered against the keys: 1.3 ms for the three values of a 400-turn chat's
+# latest read, 0.2 as key lookups (docs/PERFORMANCE.md).
 def _by_key(keys: Any, rows: Any) -> Any:
     """`rows` (a SELECT correlated with `keys`), one LATERAL lookup per key."""
     found = rows.lateral("found")

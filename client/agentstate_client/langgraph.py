@@ -551,7 +551,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                 self._delta_channels[name] = tuple(wanted)
                 self._delta_channels.move_to_end(name)
                 while len(self._delta_channels) > _KNOWN_THREADS:
-                    self._delta_channels.popitem(last=False)
+                    self._drop_ahead(self._delta_channels.popitem(last=False)[0])
         found: dict[str, dict[str, Any]] = {}
         if (ahead is not None and checkpoint_id is not None and ahead[0] == checkpoint_id
                 and all(channel in ahead[1] for channel in wanted)):
