@@ -260,7 +260,7 @@ def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
         # Each step, write and seed is fetched by its whole key: on Postgres as a LATERAL
         # lookup (see `_by_key`; as joins, stale statistics made each step a scan of the
         # thread's checkpoints: 37 ms instead of 1.5 for a walk of 150), on SQLite as joins.
-        p = c.alias(f"p{n}")
+        p: Any = c.alias(f"p{n}")
         parent = (p.c.tenant_id == tenant, p.c.thread_pk == pk, p.c.checkpoint_ns == ns,
                   p.c.checkpoint_id == walk.c.parent_checkpoint_id)
         if postgres:
@@ -280,6 +280,8 @@ def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
                   w.c.channel == channel, w.c.checkpoint_id == walk.c.checkpoint_id)
         seeds = (b.c.tenant_id == tenant, b.c.thread_pk == pk, b.c.checkpoint_ns == ns,
                  b.c.channel == channel, b.c.version == walk.c.version)
+        found_w: Any
+        found_b: Any
         if postgres:
             found_w = select(w).where(*writes).offset(0).lateral(f"w{n}")
             found_b = select(b).where(*seeds).limit(1).lateral(f"b{n}")

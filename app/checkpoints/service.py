@@ -234,8 +234,8 @@ class CheckpointService:
                 raise CheckpointItemsMissing(
                     f"{len(missing)} items sent by digest are not stored in this thread; "
                     "send them with type and data.", missing=sorted(d.hex() for d in missing))
-        for key, item in new_items.items():
-            new.items.setdefault(key, item)
+        for key, stored in new_items.items():
+            new.items.setdefault(key, stored)
         for row in blobs:  # the first value under a key is kept, as the insert keeps it
             new.blobs.setdefault((row["checkpoint_ns"], row["channel"], row["version"]), row)
 
@@ -496,7 +496,8 @@ class CheckpointService:
             raise Unprocessable(f"The parent chain of the checkpoint is longer than {MAX_WALK} "
                                 "checkpoints (or its parent ids form a cycle).")
         lists = [seed for seed in seeds.values() if seed._mapping["items"] is not None]
-        chunks, items = {}, {}
+        chunks: dict[bytes, list[bytes]] = {}
+        items: dict[bytes, ItemOut] = {}
         if lists:
             if thread_pk is None:
                 thread_pk = await self.threads.live_pk(thread_id)
