@@ -256,8 +256,9 @@ async def test_a_list_sent_as_what_it_gained(client: httpx.AsyncClient, uid: str
 async def test_a_batch_extends_and_names_what_it_stores_itself(
         app: FastAPI, client: httpx.AsyncClient, uid: str, backend: str) -> None:
     """A batch's values, items and writes are stored together at its end (one statement on
-    Postgres): a later checkpoint of the batch may extend a list an earlier one of it sends
-    (`base_version`) and name its items by digest, as it could once that was stored."""
+    Postgres, with its audit events, in their order): a later checkpoint of the batch may
+    extend a list an earlier one of it sends (`base_version`) and name its items by digest,
+    as it could once that was stored."""
     base = f"/v1/threads/{uid}/checkpoints"
     log = [f"entry {n}".encode() for n in range(70)]
     first = body("c1", {"log": 1}, [{"channel": "log", "version": 1, "type": "list", "items": [
@@ -268,6 +269,9 @@ async def test_a_batch_extends_and_names_what_it_stores_itself(
             {"type": "msgpack", "data": b64(m)} for m in log[66:])]}], parent="c1")
     writes = [{"checkpoint_id": "c2", "task_id": "t", "writes": [
         {"idx": 0, "channel": "log", "type": "bytes", "data": b64(b"w")}]}]
+    # A thread that exists: the batch's events are its own (a new thread's event comes
+    # first, and is written by the unit, so the batch's are written after it).
+    assert (await client.put(f"/v1/threads/{uid}", json={"state": {}})).status_code == 201
     with statements(app) as heard:
         stored = await client.post(f"{base}/batch", json={"checkpoints": [first, second],
                                                           "writes": writes})
@@ -276,12 +280,19 @@ async def test_a_batch_extends_and_names_what_it_stores_itself(
     assert [base64.b64decode(i["data"]) for i in got["values"]["log"]["items"]] == [
         *log[:66], log[0], *log[66:]]
     assert [w["task_id"] for w in got["pending_writes"]] == ["t"]
-    inserts = [s.sql for s in heard if "INSERT INTO checkpoint_" in s.sql]
-    tables = ("checkpoint_items", "checkpoint_blobs", "checkpoint_writes")
-    if backend == "postgres":
+    inserts = [s.sql for s in heard if "INSERT INTO checkpoint_" in s.sql
+               or "INSERT INTO events" in s.sql]
+    tables = ("checkpoint_items", "checkpoint_blobs", "checkpoint_writes", "events")
+    if backend == "postgres":  # with the audit events, in one statement
         assert len(inserts) == 1 and all(table in inserts[0] for table in tables), inserts
     else:  # an executemany each
         assert [next(t for t in tables if t in sql) for sql in inserts] == list(tables)
+    types = [(e["type"], e["resource"].rsplit("/", 2)[-2:])
+             for e in (await client.get("/v1/events", params={"thread_id": uid})).json()["data"]]
+    assert types == [("thread.created", ["threads", uid]),
+                     ("checkpoint.created", ["checkpoints", "c1"]),
+                     ("checkpoint.created", ["checkpoints", "c2"]),
+                     ("checkpoint.writes_added", ["c2", "writes"])], types
 
 
 async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:

@@ -40,14 +40,17 @@ from app.checkpoints.models import (
     Namespace,
 )
 from app.db import direct
-from app.db.base import AnyRow, Name, table
+from app.db.base import AnyRow, Name, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.db.unit import PendingEvent
+from app.events.models import Event
 from app.threads.models import Thread
 
 c = table(Checkpoint)
 b = table(CheckpointBlob)
 i = table(CheckpointItem)
 w = table(CheckpointWrite)
+e = table(Event)
 t = table(Thread)
 # Bound parameters per statement stay well below SQLite's 32766 and asyncpg's 32767.
 _CHUNK = 500
@@ -151,6 +154,7 @@ def _writes_by_key() -> Any:
 
 
 # The columns `insert_all` sends as arrays, per table (tenant_id and thread_pk are one value).
+_EVENT_COLUMNS = ("type", "resource", "thread_id")
 _ROWS = {"items": ("digest", "type", "data"),
          "blobs": ("checkpoint_ns", "channel", "version", "type", "data", "items"),
          "writes": ("checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel", "type", "data",
@@ -172,6 +176,17 @@ def _insert_all() -> Any:
             select(bindparam("tenant", type_=Name), bindparam("pk", type_=BigInteger),
                    *(rows.c[column] for column in columns)))
             .on_conflict_do_nothing(index_elements=key).cte(f"new_{name}"))
+    # The audit events of app/events/repository.py `append` (seq NULL: the sequencer numbers
+    # them), in their order: ids are drawn in the order of the SELECT's rows.
+    queued = func.unnest(*(bindparam(f"events_{column}", type_=ARRAY(e.c[column].type))
+                           for column in _EVENT_COLUMNS)).table_valued(
+                               *_EVENT_COLUMNS, with_ordinality="n").render_derived()
+    parts.append(postgresql.insert(e).from_select(
+        ["tenant_id", "actor", "at", *_EVENT_COLUMNS],
+        select(bindparam("tenant", type_=Name), bindparam("actor", type_=Name),
+               bindparam("at", type_=e.c.at.type), *(queued.c[column] for column in
+                                                     _EVENT_COLUMNS))
+        .order_by(queued.c.n)).cte("new_events"))
     return select(_const("1")).add_cte(*parts)
 
 
@@ -311,6 +326,7 @@ class CheckpointRepository:
     def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
         self.connection = connection
         self.tenant_id = tenant_id
+        self.postgres = dialect_name(connection) == "postgresql"
         self._shared = False  # this transaction holds the values lock shared (Postgres)
 
     def _mine(self, tbl: Any, thread_pk: int) -> Any:
@@ -321,7 +337,7 @@ class CheckpointRepository:
         to stored values take it shared, deletes that collect unreferenced values take it
         exclusive, so a collection never drops a value a concurrent checkpoint refers to.
         (SQLite serialises writers already.)"""
-        if dialect_name(self.connection) != "postgresql" or (self._shared and not exclusive):
+        if not self.postgres or (self._shared and not exclusive):
             return
         self._shared = self._shared or not exclusive
         lock = func.pg_advisory_xact_lock if exclusive else func.pg_advisory_xact_lock_shared
@@ -340,7 +356,7 @@ class CheckpointRepository:
         thread's id in one statement (its `thread_pk` is the thread's key); None if the
         thread is missing, deleted or has none there."""
         found: AnyRow | None = await direct.first(
-            self.connection, _latest_of_live(dialect_name(self.connection) == "postgresql"),
+            self.connection, _latest_of_live(self.postgres),
             {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})
         return found
 
@@ -369,13 +385,12 @@ class CheckpointRepository:
                                   **{f"ch{n}": ch for n, ch in enumerate(channels)}}
         if checkpoint_id is not None:
             params["cid"] = checkpoint_id
-        stmt = _delta_history(dialect_name(self.connection) == "postgresql", len(channels),
-                              checkpoint_id is None)
+        stmt = _delta_history(self.postgres, len(channels), checkpoint_id is None)
         return await direct.rows(self.connection, stmt, params)
 
     async def blobs(self, thread_pk: int, keys: Sequence[tuple[str, str, str]]) -> list[AnyRow]:
         """The values stored under (namespace, channel, version) keys."""
-        if dialect_name(self.connection) == "postgresql":
+        if self.postgres:
             nss, channels, versions = zip(*set(keys), strict=True) if keys else ((), (), ())
             return await direct.rows(self.connection, _blobs_by_key(), {
                 "tenant": self.tenant_id, "pk": thread_pk, "nss": list(nss),
@@ -398,11 +413,10 @@ class CheckpointRepository:
         return found
 
     async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
-        postgres = dialect_name(self.connection) == "postgresql"
         values = sorted(set(digests))
         rows: list[AnyRow] = []
-        for chunk in [values] if postgres else _chunks(values):
-            rows.extend(await direct.rows(self.connection, _items_by_digest(postgres), {
+        for chunk in [values] if self.postgres else _chunks(values):
+            rows.extend(await direct.rows(self.connection, _items_by_digest(self.postgres), {
                 "tenant": self.tenant_id, "pk": thread_pk, "digests": list(chunk)}))
         return rows
 
@@ -411,7 +425,7 @@ class CheckpointRepository:
 
     async def writes(self, thread_pk: int, keys: Sequence[tuple[str, str]]) -> list[AnyRow]:
         """Pending writes of the (namespace, checkpoint id)s."""
-        if dialect_name(self.connection) == "postgresql":
+        if self.postgres:
             nss, ids = zip(*set(keys), strict=True) if keys else ((), ())
             return await direct.rows(self.connection, _writes_by_key(), {
                 "tenant": self.tenant_id, "pk": thread_pk, "nss": list(nss), "ids": list(ids)})
@@ -458,38 +472,42 @@ class CheckpointRepository:
         row = {"tenant_id": self.tenant_id, **values}
         params = {f"v_{name}": row[name] for name in _INSERTED}
         params["lock"] = values["thread_pk"] % 2**31
-        postgres = dialect_name(self.connection) == "postgresql"
-        if not postgres:
+        if not self.postgres:
             del params["lock"]
-        found: AnyRow | None = await direct.first(self.connection, _insert_checkpoint(postgres),
-                                                  params)
-        self._shared = postgres
+        found: AnyRow | None = await direct.first(
+            self.connection, _insert_checkpoint(self.postgres), params)
+        self._shared = self.postgres
         return found
 
     async def _insert_ignoring(self, name: str, rows: list[dict[str, Any]]) -> None:
         if rows:
             await direct.execute_many(
-                self.connection, _insert_ignoring(dialect_name(self.connection) == "postgresql",
-                                                  name),
+                self.connection, _insert_ignoring(self.postgres, name),
                 [{"tenant_id": self.tenant_id, **row} for row in rows])
 
     async def insert_all(self, thread_pk: int, items: list[dict[str, Any]],
-                         blobs: list[dict[str, Any]], writes: list[dict[str, Any]]) -> None:
+                         blobs: list[dict[str, Any]], writes: list[dict[str, Any]],
+                         events: Sequence[PendingEvent] = (), actor: str = "") -> None:
         """New items, values and pending writes of a thread (rows without tenant_id and
         thread_pk), repeats ignored (for writes, of a (checkpoint, task id, idx)): one
-        statement on Postgres, one `executemany` per table on SQLite."""
+        statement on Postgres, with `events` (the audit events of the change, by `actor`,
+        in order; Postgres only), one `executemany` per table on SQLite."""
         tables = {"items": items, "blobs": blobs, "writes": writes}
-        if dialect_name(self.connection) != "postgresql":
+        if not self.postgres:
+            assert not events, "SQLite numbers events as it inserts them: the unit writes them"
             for name, rows in tables.items():
                 await self._insert_ignoring(name, [{"thread_pk": thread_pk, **row}
                                                    for row in rows])
             return
-        if not any(tables.values()):
+        if not any(tables.values()) and not events:
             return
-        params: dict[str, Any] = {"tenant": self.tenant_id, "pk": thread_pk}
+        params: dict[str, Any] = {"tenant": self.tenant_id, "pk": thread_pk, "actor": actor,
+                                  "at": utcnow()}
         for name, rows in tables.items():
             for column in _ROWS[name]:
                 params[f"{name}_{column}"] = [row[column] for row in rows]
+        for column in _EVENT_COLUMNS:
+            params[f"events_{column}"] = [getattr(event, column) for event in events]
         await direct.execute(self.connection, _insert_all(), params)
 
     async def delete_checkpoints(self, thread_pk: int, rows: Sequence[AnyRow]) -> None:

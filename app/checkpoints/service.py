@@ -85,9 +85,10 @@ def _channel_versions(checkpoint: dict[str, Any]) -> dict[str, str]:
 @dataclass
 class _New:
     """What a write request stores besides checkpoint rows, gathered as its checkpoints and
-    writes are read and inserted at its end in one statement (`CheckpointRepository.
-    insert_all`). Rows without tenant_id and thread_pk."""
+    writes are read and inserted at its end in one statement with its audit events
+    (`CheckpointRepository.insert_all`). Rows without tenant_id and thread_pk."""
 
+    since: int  # the unit's events from this index on are this write's
     items: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     blobs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     writes: list[dict[str, Any]] = field(default_factory=list)
@@ -124,7 +125,7 @@ class CheckpointService:
         """Store a checkpoint and the values it adds; (its key, whether it was a replay)."""
         _channel_versions(body.checkpoint)
         thread = await self._writable(thread_id, pre)
-        new = _New()
+        new = _New(since=len(self.uow.events))
         created = await self._create(thread.id, thread_id, body, new)
         await self._insert(thread.id, new)
         return created
@@ -142,7 +143,7 @@ class CheckpointService:
                     for e in error.extra["errors"]]
                 raise
         thread = await self._writable(thread_id, pre)
-        new, refs = _New(), []
+        new, refs = _New(since=len(self.uow.events)), []
         for checkpoint in body.checkpoints:
             ref, replayed = await self._create(thread.id, thread_id, checkpoint, new)
             refs.append(CheckpointBatchRef(**ref.model_dump(), replayed=replayed))
@@ -151,8 +152,10 @@ class CheckpointService:
         return CheckpointBatchOut(checkpoints=refs, writes=sum(len(w.writes) for w in body.writes))
 
     async def _insert(self, thread_pk: int, new: _New) -> None:
+        """What `new` gathered, with the events recorded since (on Postgres, one statement)."""
+        events = self.uow.hand_over(new.since) if self.repo.postgres else []
         await self.repo.insert_all(thread_pk, list(new.items.values()), list(new.blobs.values()),
-                                   new.writes)
+                                   new.writes, events, self.uow.principal.actor)
 
     async def _create(self, thread_pk: int, thread_id: str, body: CheckpointIn,
                       new: _New) -> tuple[CheckpointRef, bool]:
@@ -275,7 +278,7 @@ class CheckpointService:
         background (LangGraph's default durability), so a task's writes may arrive first.
         They are read with the checkpoint once it is there, and deleted with it."""
         thread = await self._writable(thread_id, pre)
-        new = _New()
+        new = _New(since=len(self.uow.events))
         self._store_writes(thread_id, [TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))],
                            new)
         await self._insert(thread.id, new)

@@ -3,13 +3,14 @@ under, and the audit events its changes produced.
 
 Built by the request dependencies (`app/http/dependencies.py`) and passed to every service. A
 write's events are written by `app.events.repository.EventRepository.append` as the last
-statements of its transaction, just before the commit, so a failed request writes none (a
-store item's PUT on Postgres writes its own in its statement: `recorded`).
+statements of its transaction, just before the commit, so a failed request writes none (on
+Postgres a store item's PUT writes its own in its statement, `recorded`, and a checkpoint
+write in the statement of its rows, `hand_over`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -48,6 +49,16 @@ class UnitOfWork:
                thread_id: str | None = None) -> None:
         """Queue one audit event: it is written in this unit's transaction, or not at all."""
         self.events.append(PendingEvent(type, resource, revision, thread_id))
+
+    def hand_over(self, since: int) -> list[PendingEvent]:
+        """The events queued from index `since` on, for the change's own statement to write
+        (marked `stored`, so `append` does not write them again); none if an event queued
+        before them is still pending (events keep the order of their changes)."""
+        if any(not event.stored for event in self.events[:since]):
+            return []
+        taken = [event for event in self.events[since:] if not event.stored]
+        self.events[since:] = [replace(event, stored=True) for event in self.events[since:]]
+        return taken
 
     def recorded(self, type: str, resource: str, *, revision: int | None) -> None:
         """Note an audit event the change's own statement wrote (in this transaction). Only
