@@ -110,6 +110,14 @@ def _by_key(keys: Any, rows: Any) -> Any:
     return select(found).select_from(keys.join(found, true()))
 
 
+def _arrays(name: str, tbl: Any, columns: Sequence[str], **table_valued: Any) -> Any:
+    """Rows given as one array parameter per column (`{name}_{column}`), as a FROM."""
+    return func.unnest(*(bindparam(f"{name}_{column}", type_=ARRAY(tbl.c[column].type))
+                         for column in columns)).table_valued(
+                             *columns, **table_valued).render_derived()
+
+
+
 @cache
 def _items_by_digest(postgres: bool) -> Any:
     """The items of a thread with these digests: on Postgres one array parameter; on
@@ -169,8 +177,7 @@ def _insert_all() -> Any:
     parts = []
     for name, columns in _ROWS.items():
         tbl, key = _KEYS[name]
-        rows = func.unnest(*(bindparam(f"{name}_{column}", type_=ARRAY(tbl.c[column].type))
-                             for column in columns)).table_valued(*columns).render_derived()
+        rows = _arrays(name, tbl, columns)
         parts.append(postgresql.insert(tbl).from_select(
             ["tenant_id", "thread_pk", *columns],
             select(bindparam("tenant", type_=Name), bindparam("pk", type_=BigInteger),
@@ -178,9 +185,7 @@ def _insert_all() -> Any:
             .on_conflict_do_nothing(index_elements=key).cte(f"new_{name}"))
     # The audit events of app/events/repository.py `append` (seq NULL: the sequencer numbers
     # them), in their order: ids are drawn in the order of the SELECT's rows.
-    queued = func.unnest(*(bindparam(f"events_{column}", type_=ARRAY(e.c[column].type))
-                           for column in _EVENT_COLUMNS)).table_valued(
-                               *_EVENT_COLUMNS, with_ordinality="n").render_derived()
+    queued = _arrays("events", e, _EVENT_COLUMNS, with_ordinality="n")
     parts.append(postgresql.insert(e).from_select(
         ["tenant_id", "actor", "at", *_EVENT_COLUMNS],
         select(bindparam("tenant", type_=Name), bindparam("actor", type_=Name),
@@ -203,8 +208,7 @@ def _of_live_thread(postgres: bool, checkpoints: Any) -> Any:
               t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
     if not postgres:
         return checkpoints.join(t, t.c.id == c.c.thread_pk).where(*thread)
-    found = checkpoints.where(c.c.thread_pk == t.c.id).lateral("found")
-    return select(found).select_from(t.join(found, true())).where(*thread)
+    return _by_key(t, checkpoints.where(c.c.thread_pk == t.c.id)).where(*thread)
 
 
 @cache
