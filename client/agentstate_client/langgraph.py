@@ -140,9 +140,10 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._item_cache_bytes = item_cache_bytes
         # thread name -> the channels a delta history was last asked for: the next read of
         # the thread's newest checkpoint asks for their history along with it, and
-        # (thread name, namespace) -> (checkpoint id, that history) until it is asked for.
+        # thread name -> namespace -> (checkpoint id, that history) until it is asked for
+        # (a write to the thread, or its deletion, drops it: it may be stale then).
         self._delta_channels: OrderedDict[str, tuple[str, ...]] = OrderedDict()
-        self._delta_ahead: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        self._delta_ahead: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
         self._lock = threading.Lock()
         self._pipe_: _Pipe | None = None
 
@@ -206,15 +207,9 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _forget(self, thread: str) -> None:
         with self._lock:
             self._known.pop(thread, None)
-            self._drop_ahead(thread)
+            self._delta_ahead.pop(thread, None)
             for key in [key for key in self._lists if key[0] == thread]:
                 del self._lists[key]
-
-    def _drop_ahead(self, thread: str) -> None:
-        """A write or a deletion makes a delta history read ahead for the thread stale
-        (under the lock)."""
-        for key in [key for key in self._delta_ahead if key[0] == thread]:
-            del self._delta_ahead[key]
 
     def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
                sent: _Sent) -> dict[str, Any]:
@@ -395,7 +390,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             return None
         if body.get("delta_history") is not None:
             with self._lock:
-                self._delta_ahead[(name, ns)] = (body["checkpoint_id"], body["delta_history"])
+                self._delta_ahead.setdefault(name, {})[ns] = (body["checkpoint_id"],
+                                                             body["delta_history"])
         if cold:
             self._learn_lists(name, body)
         items = yield from self._fill(api, name, body["values"].values())
@@ -491,7 +487,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _checkpoint_entry(self, name: str, config: RunnableConfig, checkpoint: Checkpoint,
                           metadata: CheckpointMetadata, new_versions: ChannelVersions) -> _Entry:
         with self._lock:
-            self._drop_ahead(name)
+            self._delta_ahead.pop(name, None)
         body, sent = self._put_body(config, checkpoint, metadata, new_versions,
                                     self._known_for(name))
         return _Entry(checkpoint=body, sent=sent, resend=lambda: self._put_body(
@@ -506,7 +502,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                             "type": type_, "data": _b64(data)})
         conf = config["configurable"]
         with self._lock:
-            self._drop_ahead(encode_id(str(conf["thread_id"])))
+            self._delta_ahead.pop(encode_id(str(conf["thread_id"])), None)
         return _Entry(writes={"checkpoint_id": conf["checkpoint_id"],
                               "checkpoint_ns": conf.get("checkpoint_ns", ""),
                               "task_id": task_id, "task_path": task_path, "writes": encoded})
@@ -546,12 +542,12 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
         wanted = list(dict.fromkeys(channels))
         with self._lock:
-            ahead = self._delta_ahead.pop((name, ns), None)
+            ahead = self._delta_ahead.get(name, {}).pop(ns, None)
             if len(wanted) <= _CHANNELS:
                 self._delta_channels[name] = tuple(wanted)
                 self._delta_channels.move_to_end(name)
                 while len(self._delta_channels) > _KNOWN_THREADS:
-                    self._drop_ahead(self._delta_channels.popitem(last=False)[0])
+                    self._delta_ahead.pop(self._delta_channels.popitem(last=False)[0], None)
         found: dict[str, dict[str, Any]] = {}
         if (ahead is not None and checkpoint_id is not None and ahead[0] == checkpoint_id
                 and all(channel in ahead[1] for channel in wanted)):
