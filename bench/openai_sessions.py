@@ -25,14 +25,14 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-import httpx
-from agentstate_client._http1 import AsyncHTTP1Transport
 from sqlalchemy.engine import make_url
 
 from bench.server import (
+    FLOOR,
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
+    floor_reader,
     migrate,
     minimal_server,
 )
@@ -46,9 +46,6 @@ def items(turn: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                "content": [{"type": "output_text", "annotations": [],
                             "text": f"Answer {turn}: AAPL traded at 189.1 " * 4}]}]
     return question, answer
-
-
-FLOOR = "floor: bare FastAPI + asyncpg GET, one SELECT"
 
 
 async def conversations(sessions: dict[str, Any], turns: int, reads: int,
@@ -84,31 +81,19 @@ async def compare(base_url: str, database: str, sqlite_path: Path, turns: int,
                   reads: int, floor_url: str) -> dict[str, Any]:
     from agents import SQLiteSession
     from agents.extensions.memory.sqlalchemy_session import SQLAlchemySession
-    from agentstate_client import AsyncAgentStateClient
     from agentstate_client.openai_agents import AgentStateSession
 
     peer = SQLAlchemySession.from_url("bench", url=database, create_tables=True)
     local = SQLiteSession("bench", db_path=sqlite_path)
-    async with AsyncAgentStateClient(base_url) as api:
-        await api.create_thread("floor", state={"bench": "floor"})
-    floor = httpx.AsyncClient(transport=AsyncHTTP1Transport())
-
-    async def floor_get() -> None:
-        answer = await floor.get(f"{floor_url}/v1/threads/floor")
-        answer.raise_for_status()
-        answer.json()
-
-    async with AgentStateSession("bench/openai", base_url=base_url) as ours:
+    async with AgentStateSession("bench/openai", base_url=base_url) as ours, \
+            floor_reader(base_url, floor_url) as floor_get:
         try:
-            for _ in range(20):
-                await floor_get()
             return await conversations({"agentstate_over_http": ours,
                                         "sqlalchemy_session_postgres": peer,
                                         "sqlite_session": local}, turns, reads, floor_get)
         finally:
             local.close()
             await peer.engine.dispose()
-            await floor.aclose()
 
 
 def run(turns: int, reads: int) -> dict[str, Any]:

@@ -4,6 +4,7 @@ tests/support.ServerProcess, without importing the test package)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from sqlalchemy.engine import make_url
@@ -138,6 +140,33 @@ def agentstate_server(database_url: str, workers: int) -> Server:
          "AGENTSTATE_LOG_LEVEL": "WARNING"},
         f"agentstate-{workers}w",
     )
+
+
+FLOOR = "floor: bare FastAPI + asyncpg GET, one SELECT"
+
+
+@contextlib.asynccontextmanager
+async def floor_reader(agentstate_url: str,
+                       floor_url: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
+    """The floor of any read over HTTP on this stack: a GET of the bare endpoint of
+    bench/minimal_app.py (`minimal_server` with a dsn: one SELECT of a thread row, the
+    thread `floor` made here through the agentstate server at `agentstate_url`) through the
+    client's own HTTP transport. Warmed by 20 reads."""
+    import httpx
+    from agentstate_client import AsyncAgentStateClient
+    from agentstate_client._http1 import AsyncHTTP1Transport
+
+    async with AsyncAgentStateClient(agentstate_url) as api:
+        await api.create_thread("floor", state={"bench": "floor"})
+    async with httpx.AsyncClient(transport=AsyncHTTP1Transport()) as client:
+        async def get() -> None:
+            answer = await client.get(f"{floor_url}/v1/threads/floor")
+            answer.raise_for_status()
+            answer.json()
+
+        for _ in range(20):
+            await get()
+        yield get
 
 
 def minimal_server(workers: int, dsn: str | None = None) -> Server:

@@ -48,19 +48,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 from agentstate_client import AsyncAgentStateClient
-from agentstate_client._http1 import AsyncHTTP1Transport
 from agentstate_client.langgraph import AgentStateStore
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from sqlalchemy.engine import make_url
 
 from bench.server import (
+    FLOOR,
     ROOT,
     Server,
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
+    floor_reader,
     migrate,
     minimal_server,
 )
@@ -98,7 +98,6 @@ def memory(rng: random.Random, n: int) -> dict[str, Any]:
 
 
 BASELINE = "agentstate (baseline)"
-FLOOR = "floor: bare FastAPI + asyncpg GET, one SELECT"
 
 
 async def interface(base_urls: dict[str, str], lgst_dsn: str, calls: int,
@@ -111,17 +110,8 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str, calls: int,
     ours = {name: AgentStateStore(async_client=AsyncAgentStateClient(url))
             for name, url in base_urls.items()}
     results: dict[str, dict[str, list[float]]] = {FLOOR: {"get": []}}
-    first = AsyncAgentStateClient(next(iter(base_urls.values())))
-    await first.create_thread("floor", state={"bench": "floor"})
-    await first.aclose()
-    floor = httpx.AsyncClient(transport=AsyncHTTP1Transport())
-
-    async def floor_get() -> None:
-        answer = await floor.get(f"{floor_url}/v1/threads/floor")
-        answer.raise_for_status()
-        answer.json()
-
-    async with AsyncPostgresStore.from_conn_string(lgst_dsn) as theirs:
+    async with floor_reader(next(iter(base_urls.values())), floor_url) as floor_get, \
+            AsyncPostgresStore.from_conn_string(lgst_dsn) as theirs:
         await theirs.setup()
         stores: dict[str, Any] = {**ours, "AsyncPostgresStore": theirs}
         run = uuid.uuid4().hex[:8]
@@ -129,8 +119,6 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str, calls: int,
         for name, store in stores.items():  # warm both: connections, statement caches
             for n in range(20):
                 await store.aput(spaces[name], f"warm{n}", memory(rng, n))
-        for _ in range(20):
-            await floor_get()
         for n in range(calls):
             value = memory(rng, n)
             for name, store in stores.items():
@@ -158,7 +146,6 @@ async def interface(base_urls: dict[str, str], lgst_dsn: str, calls: int,
                         "ratio": mine / theirs_})
     for store in ours.values():
         await store.aclose()
-    await floor.aclose()
     return out
 
 
