@@ -226,6 +226,14 @@ def backend(database_url: str) -> str:
 
 
 @pytest.fixture
+def fresh_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A fresh migrated database of the test's backend, of its own: the shared one's tables
+    have planner statistics by now."""
+    with migrated_database(backend, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture
 def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from app.core.settings import Settings
-from tests.conftest import http_client, migrated_database, running
+from tests.conftest import http_client, running
 from tests.support import direct_url, drain, pg_connect, statements
 
 pytestmark = pytest.mark.anyio
@@ -386,13 +385,6 @@ def _rows_visited(plan: dict) -> int:
         own += (plan.get("Actual Rows", 0) + plan.get("Rows Removed by Filter", 0)
                 + plan.get("Rows Removed by Index Recheck", 0)) * loops
     return own + sum(_rows_visited(child) for child in plan.get("Plans", []))
-
-
-@pytest.fixture
-def fresh_url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh migrated database: the shared one's tables have statistics by now."""
-    with migrated_database(backend, tmp_path_factory) as url:
-        yield url
 
 
 @pytest.mark.postgres_only(reason="planner statistics are Postgres's")

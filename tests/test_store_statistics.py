@@ -5,12 +5,10 @@ database ran into the statement timeout (docs/operations.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from app.core.settings import Settings
-from tests.conftest import http_client, migrated_database, running
+from tests.conftest import http_client, running
 from tests.support import pg_connect, statements
 
 pytestmark = pytest.mark.anyio
@@ -27,22 +25,15 @@ async def statistics_rows(url: str) -> int:
         await connection.close()
 
 
-@pytest.fixture
-def url(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A fresh migrated database: the shared one's tables have statistics by now."""
-    with migrated_database(backend, tmp_path_factory) as fresh:
-        yield fresh
-
-
 @pytest.mark.postgres_only(reason="planner statistics are Postgres's")
-async def test_a_vector_search_analyzes_tables_postgres_never_analyzed(url: str) -> None:
-    connection = await pg_connect(url)
+async def test_a_vector_search_analyzes_tables_postgres_never_analyzed(fresh_url: str) -> None:
+    connection = await pg_connect(fresh_url)
     try:  # autovacuum would analyze them in its own time: it must not, here
         for table in ("store_items", "store_vectors"):
             await connection.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     finally:
         await connection.close()
-    settings = Settings(database_url=url, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
+    settings = Settings(database_url=fresh_url, auto_migrate=False, _env_file=None)  # type: ignore[call-arg]
     vector = {"index": "e", "embedding": [1.0, 0.0, 0.0]}
     async with running(settings) as app, http_client(app) as client:
         done = await client.post("/v1/batch", json={"operations": [
@@ -50,7 +41,7 @@ async def test_a_vector_search_analyzes_tables_postgres_never_analyzed(url: str)
              "body": {"value": {"i": i}, "vectors": {"e": {"f": [1.0, i / ITEMS, 0.0]}}}}
             for i in range(ITEMS)]})
         assert done.status_code == 200, done.text
-        assert await statistics_rows(url) == 0
+        assert await statistics_rows(fresh_url) == 0
         with statements(app) as heard:
             first = await client.post("/v1/store/items/search",
                                       json={"vector": vector, "limit": 3})
@@ -61,4 +52,4 @@ async def test_a_vector_search_analyzes_tables_postgres_never_analyzed(url: str)
     assert second.json() == first.json()
     analyzed = [s.sql for s in heard if s.sql.startswith("ANALYZE")]
     assert analyzed == ["ANALYZE store_items, store_vectors"], analyzed  # once, not twice
-    assert await statistics_rows(url) > 0
+    assert await statistics_rows(fresh_url) > 0
