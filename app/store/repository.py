@@ -11,7 +11,7 @@ import weakref
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -127,10 +127,17 @@ def prefix_condition(prefix: str, namespace: Any = si.c.namespace) -> ColumnElem
 @dataclass(frozen=True)
 class Scope:
     """What a search reads: live, unexpired items of the tenant meeting `conditions`, under
-    the namespace `prefix` (kept apart: some statements apply it their own way)."""
+    the namespace `prefix` (kept apart: some statements apply it their own way).
+
+    The conditions' values are parameters (`params`), to be sent with every statement built
+    from the scope: the conditions themselves are built once per `shape` (the filter's form,
+    without its values) and shared, and so is `recent`'s statement of that shape. A scope
+    with conditions of its own (`also`) has no shape: its statements are built each time."""
 
     prefix: str | None
     conditions: tuple[Any, ...]
+    params: dict[str, Any]
+    shape: tuple[Any, ...] | None
 
     @property
     def where(self) -> list[Any]:
@@ -139,7 +146,164 @@ class Scope:
         return [*self.conditions, prefix_condition(self.prefix)]
 
     def also(self, *conditions: Any) -> Scope:
-        return Scope(self.prefix, (*self.conditions, *conditions))
+        return Scope(self.prefix, (*self.conditions, *conditions), self.params, None)
+
+
+def _shape(postgres: bool, c: Condition) -> tuple[Any, ...]:
+    """What a condition's SQL depends on besides its values."""
+    operand = c.value
+    if c.op == "object":
+        return (c.op,)
+    if c.op in ("$eq", "$ne"):
+        if operand is None or isinstance(operand, (dict, list)):
+            return c.op, type(operand).__name__
+        if postgres:
+            return c.op, "scalar"  # containment of the scalar at its path
+        if isinstance(operand, bool):
+            return c.op, "true" if operand else "false"
+        return c.op, "number" if isinstance(operand, (int, float)) else "str"
+    return c.op, "str" if isinstance(operand, str) else "number"
+
+
+def _values(postgres: bool, n: int, c: Condition) -> dict[str, Any]:
+    """The parameters of the condition `_conditions` builds as the `n`th."""
+    operand = c.value
+    if postgres and c.op in ("$eq", "$ne") and operand is not None \
+            and not isinstance(operand, (dict, list)):
+        nested: Any = operand
+        for step in reversed(c.path):
+            nested = {step: nested}
+        return {f"s_doc{n}": dumps(nested)}
+    path: Any = list(c.path) if postgres else "$" + "".join(f'."{step}"' for step in c.path)
+    if c.op == "object" or operand is None or (not postgres and isinstance(operand, bool)):
+        return {f"s_path{n}": path}
+    return {f"s_path{n}": path,
+            f"s_value{n}": dumps(operand) if isinstance(operand, (dict, list)) else operand}
+
+
+# Filters come in as many shapes as clients make: the shapes' statements are kept for the
+# most recently used of them (SQLAlchemy's own compiled cache keeps 500 statements).
+SHAPES = 256
+
+
+@lru_cache(maxsize=SHAPES)
+def _conditions(postgres: bool, shape: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A search's conditions, of the form `shape` (the tenant, `now` and the filter's
+    conditions' `_shape`s), with their values as parameters (`_values`)."""
+    live = (si.c.tenant_id == bindparam("s_tenant", type_=si.c.tenant_id.type),
+            si.c.deleted_at.is_(None),
+            ~and_(si.c.expires_at.is_not(None),
+                  si.c.expires_at <= bindparam("s_now", type_=UTCDateTime())))
+    build = _pg_condition if postgres else _sqlite_condition
+    return (and_(*live), *(build(n, *form) for n, form in enumerate(shape)))
+
+
+def _pg_condition(n: int, op: str, kind: str = "") -> ColumnElement[bool]:
+    doc = cast(si.c.value, JSONB)
+    if kind == "scalar":
+        # Containment of the scalar at its path: served by the value's GIN index. The
+        # document is rendered into the statement: with a parameter, a prepared
+        # statement's generic plan cannot estimate it and scans every item.
+        document = bindparam(f"s_doc{n}", type_=Text, literal_execute=True)
+        contains = doc.op("@>", is_comparison=True)(cast(document, JSONB))
+        return contains if op == "$eq" else ~contains
+    at = doc.op("#>", return_type=JSONB)(cast(bindparam(f"s_path{n}", type_=ARRAY(Text)),
+                                              ARRAY(Text)))
+    typeof = func.jsonb_typeof(at)
+    if op == "object":
+        return typeof == "object"
+    if op in ("$eq", "$ne"):
+        if kind == "NoneType":
+            equal = or_(at.is_(None), typeof == "null")
+        else:  # an object or an array
+            equal = and_(at.is_not(None),
+                         at == cast(bindparam(f"s_value{n}", type_=Text), JSONB))
+        return equal if op == "$eq" else ~equal
+    comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[op]
+    if kind == "str":
+        subject: Any = doc.op("#>>", return_type=Text)(
+            cast(bindparam(f"s_path{n}", type_=ARRAY(Text)), ARRAY(Text))).collate("C")
+        wanted, bound = "string", bindparam(f"s_value{n}", type_=Text)
+    else:
+        subject, wanted, bound = (cast(at, Numeric), "number",
+                                  bindparam(f"s_value{n}", type_=Numeric))
+    return case((typeof == wanted, getattr(subject, comparison)(bound)), else_=false())
+
+
+def _sqlite_condition(n: int, op: str, kind: str = "") -> ColumnElement[bool]:
+    path = bindparam(f"s_path{n}", type_=Text)
+    typeof = func.json_type(si.c.value, path)
+    at = func.json_extract(si.c.value, path)
+    if op == "object":
+        return typeof == "object"
+    operand: Any = bindparam(f"s_value{n}")
+    if op in ("$eq", "$ne"):
+        if kind == "NoneType":
+            equal = or_(typeof.is_(None), typeof == "null")
+        elif kind in ("true", "false"):  # as json_type names JSON's true and false
+            equal = func.coalesce(typeof == kind, False)
+        elif kind == "number":
+            equal = func.coalesce(and_(typeof.in_(("integer", "real")), at == operand), False)
+        elif kind == "str":
+            equal = func.coalesce(and_(typeof == "text", at == operand), False)
+        else:
+            equal = func.coalesce(and_(
+                typeof == ("object" if kind == "dict" else "array"),
+                func.agentstate_json_equal(at, bindparam(f"s_value{n}", type_=Text)) == 1),
+                False)
+        return cast(equal, Boolean) if op == "$eq" else ~cast(equal, Boolean)
+    comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[op]
+    kinds = ("text",) if kind == "str" else ("integer", "real")
+    return and_(typeof.in_(kinds), getattr(at, comparison)(operand))
+
+
+_ORDER_RECENT = (si.c.updated_at.desc(), si.c.id.desc())
+
+
+def _recent(postgres: bool, conditions: Sequence[Any], prefix: tuple[Any, Any, Any] | None,
+            limit: Any, offset: Any, part: Any, extra: tuple[Any, ...] = ()) -> Any:
+    """`StoreRepository.recent`'s statement, with `extra` columns: items meeting
+    `conditions`, under `prefix` (the namespace, and the bounds of those below it, as
+    `_under` gives them), most recently updated first. Its numbers (and the prefix) are
+    values, or parameters in a statement built once (`_recent_shaped`); `part` is
+    `limit + offset`.
+
+    On Postgres a search under a namespace prefix is the union of the namespace itself and
+    the namespaces below it, each in its own order: the namespace's part walks `(tenant_id,
+    namespace, updated_at, id)` and stops at `offset + limit` matches. One statement over the
+    OR of both could only walk the tenant's recency index, past every newer item of other
+    namespaces (Postgres cannot know a namespace's items were written together: 54 ms for a
+    1% filter on 10,000 items behind 100,000 newer ones)."""
+    if prefix is None:
+        return (select(si, *extra).where(*conditions).order_by(*_ORDER_RECENT)
+                .limit(limit).offset(offset))
+    name, above, below_ = prefix
+    lower = and_(si.c.namespace > above, si.c.namespace < below_)
+    if not postgres:
+        return (select(si, *extra).where(*conditions, or_(si.c.namespace == name, lower))
+                .order_by(*_ORDER_RECENT).limit(limit).offset(offset))
+    # Each part in parentheses with its own order and limit (a SELECT with either is
+    # grouped so in a union): no subquery around it, whose columns SQLAlchemy would work
+    # out on every search. The union is ordered by name for the same reason.
+    parts = [select(si, *extra).where(*conditions, condition).order_by(*_ORDER_RECENT)
+             .limit(part) for condition in (si.c.namespace == name, lower)]
+    return union_all(*parts).order_by(*_BY_NAME_RECENT).limit(limit).offset(offset)
+
+
+def _under(prefix: str) -> tuple[str, str, str]:
+    """The namespace `prefix` and the bounds of the namespaces below it (see `below`)."""
+    return prefix, prefix + "/", prefix + "0"
+
+
+@lru_cache(maxsize=SHAPES)
+def _recent_shaped(postgres: bool, shape: tuple[Any, ...], prefixed: bool) -> Any:
+    """`_recent` for the scopes of one shape, built once: everything is a parameter
+    (`s_prefix`, `s_above`, `s_below`, `s_limit`, `s_offset`, `s_part`, and the scope's)."""
+    number = {name: bindparam(name, type_=Integer) for name in ("s_limit", "s_offset", "s_part")}
+    prefix = (bindparam("s_prefix", type_=Text), bindparam("s_above", type_=Text),
+              bindparam("s_below", type_=Text))
+    return _recent(postgres, _conditions(postgres, shape), prefix if prefixed else None,
+                   number["s_limit"], number["s_offset"], number["s_part"])
 
 
 class StoreRepository(RevisionedRepository):
@@ -238,100 +402,32 @@ class StoreRepository(RevisionedRepository):
     def scope(self, prefix: str | None, conditions: Sequence[Condition]) -> Scope:
         """A search's scope: live, unexpired items of the tenant under `prefix` whose value
         meets every condition."""
-        return Scope(prefix or None,
-                     (self._live(), *(self._condition(c) for c in conditions)))
-
-    def _condition(self, c: Condition) -> ColumnElement[bool]:
-        return self._pg_condition(c) if self.postgres else self._sqlite_condition(c)
-
-    def _pg_condition(self, c: Condition) -> ColumnElement[bool]:
-        doc = cast(si.c.value, JSONB)
-        operand = c.value
-        if c.op in ("$eq", "$ne") and operand is not None \
-                and not isinstance(operand, (dict, list)):
-            # Containment of the scalar at its path: served by the value's GIN index. The
-            # document is rendered into the statement: with a parameter, a prepared
-            # statement's generic plan cannot estimate it and scans every item.
-            nested: Any = operand
-            for step in reversed(c.path):
-                nested = {step: nested}
-            document = bindparam(None, dumps(nested), type_=Text, literal_execute=True)
-            contains = doc.op("@>", is_comparison=True)(cast(document, JSONB))
-            return contains if c.op == "$eq" else ~contains
-        at = doc.op("#>", return_type=JSONB)(cast(literal(list(c.path), ARRAY(Text)),
-                                                  ARRAY(Text)))
-        kind = func.jsonb_typeof(at)
-        if c.op == "object":
-            return kind == "object"
-        if c.op in ("$eq", "$ne"):
-            if operand is None:
-                equal = or_(at.is_(None), kind == "null")
-            else:  # an object or an array
-                equal = and_(at.is_not(None), at == cast(literal(dumps(operand)), JSONB))
-            return equal if c.op == "$eq" else ~equal
-        comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
-        if isinstance(operand, str):
-            subject: Any = doc.op("#>>", return_type=Text)(
-                cast(literal(list(c.path), ARRAY(Text)), ARRAY(Text))).collate("C")
-            wanted, bound = "string", literal(operand, Text)
-        else:
-            subject, wanted, bound = cast(at, Numeric), "number", literal(operand, Numeric)
-        return case((kind == wanted, getattr(subject, comparison)(bound)), else_=false())
-
-    def _sqlite_condition(self, c: Condition) -> ColumnElement[bool]:
-        path = "$" + "".join(f'."{step}"' for step in c.path)
-        kind = func.json_type(si.c.value, path)
-        at = func.json_extract(si.c.value, path)
-        if c.op == "object":
-            return kind == "object"
-        operand = c.value
-        if c.op in ("$eq", "$ne"):
-            if operand is None:
-                equal = or_(kind.is_(None), kind == "null")
-            elif isinstance(operand, bool):
-                equal = func.coalesce(kind == ("true" if operand else "false"), False)
-            elif isinstance(operand, (int, float)):
-                equal = func.coalesce(and_(kind.in_(("integer", "real")), at == operand), False)
-            elif isinstance(operand, str):
-                equal = func.coalesce(and_(kind == "text", at == operand), False)
-            else:
-                equal = func.coalesce(and_(
-                    kind == ("object" if isinstance(operand, dict) else "array"),
-                    func.agentstate_json_equal(at, dumps(operand)) == 1), False)
-            return cast(equal, Boolean) if c.op == "$eq" else ~cast(equal, Boolean)
-        comparison = {"$gt": "__gt__", "$gte": "__ge__", "$lt": "__lt__", "$lte": "__le__"}[c.op]
-        kinds = ("text",) if isinstance(operand, str) else ("integer", "real")
-        return and_(kind.in_(kinds), getattr(at, comparison)(operand))
-
-    def _order_recent(self) -> tuple[Any, ...]:
-        return si.c.updated_at.desc(), si.c.id.desc()
+        shape = tuple(_shape(self.postgres, c) for c in conditions)
+        params: dict[str, Any] = {"s_tenant": self.tenant_id, "s_now": self.now}
+        for n, c in enumerate(conditions):
+            params.update(_values(self.postgres, n, c))
+        return Scope(prefix or None, _conditions(self.postgres, shape), params, shape)
 
     async def recent(self, scope: Scope, limit: int, offset: int) -> list[AnyRow]:
-        """Matching items, most recently updated first.
-
-        On Postgres a search under a namespace prefix is the union of the namespace itself
-        and the namespaces below it, each in its own order: the namespace's part walks
-        `(tenant_id, namespace, updated_at, id)` and stops at `offset + limit` matches.
-        One statement over the OR of both could only walk the tenant's recency index, past
-        every newer item of other namespaces (Postgres cannot know a namespace's items were
-        written together: 54 ms for a 1% filter on 10,000 items behind 100,000 newer ones)."""
-        return list((await self.connection.execute(
-            self._recent_select(scope, limit, offset))).all())
+        """Matching items, most recently updated first (`_recent`)."""
+        if scope.shape is None:
+            stmt = self._recent_select(scope, limit, offset)
+            params = scope.params
+        else:
+            stmt = _recent_shaped(self.postgres, scope.shape, scope.prefix is not None)
+            params = {**scope.params, "s_limit": limit, "s_offset": offset,
+                      "s_part": limit + offset}
+            if scope.prefix is not None:
+                params.update(zip(("s_prefix", "s_above", "s_below"), _under(scope.prefix),
+                                  strict=True))
+        return list((await self.connection.execute(stmt, params)).all())
 
     def _recent_select(self, scope: Scope, limit: int, offset: int = 0,
                        extra: tuple[Any, ...] = ()) -> Any:
-        """`recent`'s statement, with `extra` columns."""
-        name = scope.prefix
-        if not self.postgres or name is None:
-            return (select(si, *extra).where(*scope.where).order_by(*self._order_recent())
-                    .limit(limit).offset(offset))
-        # Each part in parentheses with its own order and limit (a SELECT with either is
-        # grouped so in a union): no subquery around it, whose columns SQLAlchemy would work
-        # out on every search. The union is ordered by name for the same reason.
-        parts = [select(si, *extra).where(*scope.conditions, condition)
-                 .order_by(*self._order_recent()).limit(limit + offset)
-                 for condition in (si.c.namespace == name, below(name))]
-        return union_all(*parts).order_by(*_BY_NAME_RECENT).limit(limit).offset(offset)
+        """`_recent` for this scope, built now (values in the statement but the scope's)."""
+        return _recent(self.postgres, scope.conditions,
+                       None if scope.prefix is None else _under(scope.prefix), limit, offset,
+                       limit + offset, extra)
 
     async def lexical(self, scope: Scope, words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
@@ -361,14 +457,14 @@ class StoreRepository(RevisionedRepository):
         else:
             match = _FTS_MATCH.bindparams(fts_query=" OR ".join(f'"{word}"' for word in words))
             matching = (select(si.c.id).select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
-                        .where(*scope.where, match).order_by(*self._order_recent())
+                        .where(*scope.where, match).order_by(*_ORDER_RECENT)
                         .limit(candidates))
             rank = -func.bm25(literal_column("store_items_fts"))
             stmt = (select(si, rank.label("score"))
                     .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
                     .where(si.c.id.in_(matching.scalar_subquery()), match)
-                    .order_by(rank.desc(), *self._order_recent()).limit(limit))
-        rows = (await self.connection.execute(stmt)).all()
+                    .order_by(rank.desc(), *_ORDER_RECENT).limit(limit))
+        rows = (await self.connection.execute(stmt, scope.params)).all()
         return [(row, float(row.score)) for row in rows]
 
     async def vectors(self, scope: Scope, index: str,
@@ -394,12 +490,12 @@ class StoreRepository(RevisionedRepository):
             result = await self.connection.execute(
                 select(func.array_agg(si.c.id),
                        func.string_agg(sv.c.embedding, literal(b"", LargeBinary)))
-                .select_from(joined).where(*where).group_by(group))
+                .select_from(joined).where(*where).group_by(group), scope.params)
             for ids, blob in result:
                 yield list(ids), bytes(blob)
             return
         result = await self.connection.execute(
-            select(si.c.id, sv.c.embedding).select_from(joined).where(*where))
+            select(si.c.id, sv.c.embedding).select_from(joined).where(*where), scope.params)
         for rows in result.partitions(VECTOR_CHUNK):
             yield [row[0] for row in rows], b"".join(row[1] for row in rows)
 
@@ -515,7 +611,8 @@ class StoreRepository(RevisionedRepository):
         stmt = (select(si.c.id, sv.c.embedding).select_from(joined).where(*where)
                 .order_by(distance).limit(limit))
         if ef_search is None:
-            return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
+            return [(row[0], bytes(row[1]))
+                    for row in await self.connection.execute(stmt, scope.params)]
         async with self._transaction():
             # The server chose HNSW from the index's size (`pgvector.NearestVectors`); the
             # planner would choose from its statistics, which miss a bulk load until the
@@ -525,7 +622,8 @@ class StoreRepository(RevisionedRepository):
                 func.set_config("hnsw.iterative_scan", "strict_order", True),
                 func.set_config("hnsw.ef_search", str(ef_search), True),
                 func.set_config("enable_sort", "off", True)))
-            return [(row[0], bytes(row[1])) for row in await self.connection.execute(stmt)]
+            return [(row[0], bytes(row[1]))
+                    for row in await self.connection.execute(stmt, scope.params)]
 
     @contextlib.asynccontextmanager
     async def _transaction(self) -> AsyncIterator[None]:
