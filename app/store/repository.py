@@ -277,16 +277,14 @@ def _recent(postgres: bool, conditions: Sequence[Any], prefix: tuple[Any, Any, A
     if prefix is None:
         return (select(si, *extra).where(*conditions).order_by(*_ORDER_RECENT)
                 .limit(limit).offset(offset))
-    name, above, below_ = prefix
-    lower = and_(si.c.namespace > above, si.c.namespace < below_)
     if not postgres:
-        return (select(si, *extra).where(*conditions, or_(si.c.namespace == name, lower))
+        return (select(si, *extra).where(*conditions, or_(*_under_conditions(prefix)))
                 .order_by(*_ORDER_RECENT).limit(limit).offset(offset))
     # Each part in parentheses with its own order and limit (a SELECT with either is
     # grouped so in a union): no subquery around it, whose columns SQLAlchemy would work
     # out on every search. The union is ordered by name for the same reason.
     parts = [select(si, *extra).where(*conditions, condition).order_by(*_ORDER_RECENT)
-             .limit(part) for condition in (si.c.namespace == name, lower)]
+             .limit(part) for condition in _under_conditions(prefix)]
     return union_all(*parts).order_by(*_BY_NAME_RECENT).limit(limit).offset(offset)
 
 
@@ -295,15 +293,54 @@ def _under(prefix: str) -> tuple[str, str, str]:
     return prefix, prefix + "/", prefix + "0"
 
 
+def _under_conditions(prefix: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+    """The namespace itself, and those below it, from `_under`'s three (or parameters)."""
+    name, above, below_ = prefix
+    return si.c.namespace == name, and_(si.c.namespace > above, si.c.namespace < below_)
+
+
+_PARAMETERS = (bindparam("s_prefix", type_=Text), bindparam("s_above", type_=Text),
+               bindparam("s_below", type_=Text))
+
+
 @lru_cache(maxsize=SHAPES)
 def _recent_shaped(postgres: bool, shape: tuple[Any, ...], prefixed: bool) -> Any:
     """`_recent` for the scopes of one shape, built once: everything is a parameter
     (`s_prefix`, `s_above`, `s_below`, `s_limit`, `s_offset`, `s_part`, and the scope's)."""
     number = {name: bindparam(name, type_=Integer) for name in ("s_limit", "s_offset", "s_part")}
-    prefix = (bindparam("s_prefix", type_=Text), bindparam("s_above", type_=Text),
-              bindparam("s_below", type_=Text))
-    return _recent(postgres, _conditions(postgres, shape), prefix if prefixed else None,
+    return _recent(postgres, _conditions(postgres, shape), _PARAMETERS if prefixed else None,
                    number["s_limit"], number["s_offset"], number["s_part"])
+
+
+def _lexical(postgres: bool, conditions: Sequence[Any], prefix: tuple[Any, Any, Any] | None,
+             candidates: Any, limit: Any) -> Any:
+    """`StoreRepository.lexical`'s statement (the query's words are the parameter
+    `s_words`; on SQLite `fts_query`), its numbers values or parameters as `_recent`'s."""
+    if postgres:
+        # Rendered into the statement (tokens are letters and digits only): with a
+        # parameter a prepared statement's generic plan cannot tell a rare word from a
+        # common one, and the choice between the two indexes is exactly that.
+        query = func.to_tsquery(_SIMPLE, bindparam("s_words", type_=Text, literal_execute=True))
+        found = _recent(True, (*conditions, _TSVECTOR.op("@@")(query)), prefix, candidates, 0,
+                        candidates, extra=(_TSVECTOR.label("search_tsv"),)).subquery("candidates")
+        rank: Any = func.ts_rank(literal_column("search_tsv", TSVECTOR), query)
+        return (select(*_BY_NAME, rank.label("score")).select_from(found)
+                .order_by(rank.desc(), *_BY_NAME_RECENT).limit(limit))
+    under = () if prefix is None else (or_(*_under_conditions(prefix)),)
+    matching = (select(si.c.id).select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
+                .where(*conditions, *under, _FTS_MATCH).order_by(*_ORDER_RECENT)
+                .limit(candidates))
+    rank = -func.bm25(literal_column("store_items_fts"))
+    return (select(si, rank.label("score")).select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
+            .where(si.c.id.in_(matching.scalar_subquery()), _FTS_MATCH)
+            .order_by(rank.desc(), *_ORDER_RECENT).limit(limit))
+
+
+@lru_cache(maxsize=SHAPES)
+def _lexical_shaped(postgres: bool, shape: tuple[Any, ...], prefixed: bool) -> Any:
+    """`_lexical` for the scopes of one shape, built once (`s_candidates`, `s_limit`)."""
+    return _lexical(postgres, _conditions(postgres, shape), _PARAMETERS if prefixed else None,
+                    bindparam("s_candidates", type_=Integer), bindparam("s_limit", type_=Integer))
 
 
 class StoreRepository(RevisionedRepository):
@@ -411,23 +448,22 @@ class StoreRepository(RevisionedRepository):
     async def recent(self, scope: Scope, limit: int, offset: int) -> list[AnyRow]:
         """Matching items, most recently updated first (`_recent`)."""
         if scope.shape is None:
-            stmt = self._recent_select(scope, limit, offset)
+            stmt = _recent(self.postgres, scope.conditions,
+                           None if scope.prefix is None else _under(scope.prefix), limit,
+                           offset, limit + offset)
             params = scope.params
         else:
             stmt = _recent_shaped(self.postgres, scope.shape, scope.prefix is not None)
-            params = {**scope.params, "s_limit": limit, "s_offset": offset,
-                      "s_part": limit + offset}
-            if scope.prefix is not None:
-                params.update(zip(("s_prefix", "s_above", "s_below"), _under(scope.prefix),
-                                  strict=True))
+            params = {**scope.params, **self._under_params(scope.prefix), "s_limit": limit,
+                      "s_offset": offset, "s_part": limit + offset}
         return list((await self.connection.execute(stmt, params)).all())
 
-    def _recent_select(self, scope: Scope, limit: int, offset: int = 0,
-                       extra: tuple[Any, ...] = ()) -> Any:
-        """`_recent` for this scope, built now (values in the statement but the scope's)."""
-        return _recent(self.postgres, scope.conditions,
-                       None if scope.prefix is None else _under(scope.prefix), limit, offset,
-                       limit + offset, extra)
+    @staticmethod
+    def _under_params(prefix: str | None) -> dict[str, str]:
+        """The values of `_PARAMETERS` for the prefix (none without one)."""
+        if prefix is None:
+            return {}
+        return dict(zip(("s_prefix", "s_above", "s_below"), _under(prefix), strict=True))
 
     async def lexical(self, scope: Scope, words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
@@ -441,30 +477,18 @@ class StoreRepository(RevisionedRepository):
         take the recency index and stop at the last one (docs/PERFORMANCE.md). Where the
         words are rare the planner reads the text index instead."""
         candidates = max(LEXICAL_CANDIDATES, limit)
-        if self.postgres:
-            # Rendered into the statement (tokens are letters and digits only): with a
-            # parameter a prepared statement's generic plan cannot tell a rare word from a
-            # common one, and the choice between the two indexes is exactly that.
-            query = func.to_tsquery(_SIMPLE, bindparam(
-                None, " | ".join(f"'{word}'" for word in words), type_=Text,
-                literal_execute=True))
-            found = self._recent_select(scope.also(_TSVECTOR.op("@@")(query)), candidates,
-                                        extra=(_TSVECTOR.label("search_tsv"),)
-                                        ).subquery("candidates")
-            rank: Any = func.ts_rank(literal_column("search_tsv", TSVECTOR), query)
-            stmt = (select(*_BY_NAME, rank.label("score")).select_from(found)
-                    .order_by(rank.desc(), *_BY_NAME_RECENT).limit(limit))
+        params = {**scope.params, **self._under_params(scope.prefix)}
+        params["s_words" if self.postgres else "fts_query"] = (
+            " | ".join(f"'{word}'" for word in words) if self.postgres
+            else " OR ".join(f'"{word}"' for word in words))
+        if scope.shape is None:
+            stmt = _lexical(self.postgres, scope.conditions,
+                            None if scope.prefix is None else _under(scope.prefix),
+                            candidates, limit)
         else:
-            match = _FTS_MATCH.bindparams(fts_query=" OR ".join(f'"{word}"' for word in words))
-            matching = (select(si.c.id).select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
-                        .where(*scope.where, match).order_by(*_ORDER_RECENT)
-                        .limit(candidates))
-            rank = -func.bm25(literal_column("store_items_fts"))
-            stmt = (select(si, rank.label("score"))
-                    .select_from(si.join(_FTS, _FTS.c.rowid == si.c.id))
-                    .where(si.c.id.in_(matching.scalar_subquery()), match)
-                    .order_by(rank.desc(), *_ORDER_RECENT).limit(limit))
-        rows = (await self.connection.execute(stmt, scope.params)).all()
+            stmt = _lexical_shaped(self.postgres, scope.shape, scope.prefix is not None)
+            params.update(s_candidates=candidates, s_limit=limit)
+        rows = (await self.connection.execute(stmt, params)).all()
         return [(row, float(row.score)) for row in rows]
 
     async def vectors(self, scope: Scope, index: str,
