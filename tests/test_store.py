@@ -445,6 +445,37 @@ async def test_a_prefix_is_its_namespace_and_those_below_by_recency(client: http
         ["k4", "k0"]
 
 
+async def test_searches_of_one_shape_at_once_each_get_their_own_answer(
+        client: httpx.AsyncClient, uid: str) -> None:
+    """A filter's statement is built once per shape and its values are parameters: 36
+    searches of three shapes in flight together, each under its own prefix with its own
+    values, each get exactly their own items."""
+    owners = range(12)
+    for owner in owners:
+        for n in range(4):
+            await put(client, item(f"shape-{uid}/o{owner}", f"k{n}"), {
+                "value": {"owner": owner, "n": owner * 10 + n, "text": f"word{owner} filler"},
+                "index": ["text"]})
+
+    async def one(owner: int, shape: int) -> tuple[int, int, list[str]]:
+        prefix = [f"shape-{uid}", f"o{owner}"]
+        if shape == 0:  # a scalar's containment
+            found = await search(client, namespace_prefix=prefix, filter={"owner": owner})
+        elif shape == 1:  # a numeric comparison
+            found = await search(client, namespace_prefix=[f"shape-{uid}"],
+                                 filter={"n": {"$gte": owner * 10 + 2, "$lt": owner * 10 + 4}})
+        else:  # lexical, filtered
+            found = await search(client, namespace_prefix=prefix, query=f"word{owner}",
+                                 filter={"owner": {"$gte": owner}})
+        return owner, shape, sorted(f"{i['namespace'][-1]}/{i['key']}" for i in found)
+
+    answers = await asyncio.gather(*(one(owner, shape) for owner in owners
+                                     for shape in range(3)))
+    for owner, shape, got in answers:
+        wanted = [f"o{owner}/k{n}" for n in ((2, 3) if shape == 1 else range(4))]
+        assert got == wanted, (owner, shape)
+
+
 async def test_vectors_are_replaced_merged_and_checked(client: httpx.AsyncClient,
                                                        uid: str) -> None:
     ns = f"vec/{uid}"
