@@ -44,6 +44,7 @@ from app.db.base import AnyRow, Name, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
 from app.db.unit import PendingEvent
 from app.events.models import Event
+from app.events.repository import written_by
 from app.threads.models import Thread
 
 c = table(Checkpoint)
@@ -117,7 +118,6 @@ def _arrays(name: str, tbl: Any, columns: Sequence[str], **table_valued: Any) ->
                              *columns, **table_valued).render_derived()
 
 
-
 @cache
 def _items_by_digest(postgres: bool) -> Any:
     """The items of a thread with these digests: on Postgres one array parameter; on
@@ -183,14 +183,12 @@ def _insert_all() -> Any:
             select(bindparam("tenant", type_=Name), bindparam("pk", type_=BigInteger),
                    *(rows.c[column] for column in columns)))
             .on_conflict_do_nothing(index_elements=key).cte(f"new_{name}"))
-    # The audit events of app/events/repository.py `append` (seq NULL: the sequencer numbers
-    # them), in their order: ids are drawn in the order of the SELECT's rows.
+    # The audit events, in their order: ids are drawn in the order of the SELECT's rows.
     queued = _arrays("events", e, _EVENT_COLUMNS, with_ordinality="n")
-    parts.append(postgresql.insert(e).from_select(
-        ["tenant_id", "actor", "at", *_EVENT_COLUMNS],
+    parts.append(written_by(
         select(bindparam("tenant", type_=Name), bindparam("actor", type_=Name),
-               bindparam("at", type_=e.c.at.type), *(queued.c[column] for column in
-                                                     _EVENT_COLUMNS))
+               queued.c.type, queued.c.resource, cast(null(), e.c.revision.type),
+               queued.c.thread_id, bindparam("at", type_=e.c.at.type))
         .order_by(queued.c.n)).cte("new_events"))
     return select(_const("1")).add_cte(*parts)
 

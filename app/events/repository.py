@@ -41,6 +41,14 @@ _OUT = (e.c.seq, e.c.at, e.c.type, e.c.thread_id, e.c.resource, e.c.revision, e.
 _POSTGRES_INSERT = insert(e)
 
 
+def written_by(rows: Any) -> Any:
+    """Postgres: an INSERT of the events `rows` selects (one row per event, the values of
+    `tenant_id, actor, type, resource, revision, thread_id, at` in that order, in the order
+    the sequencer is to number them), to run as a CTE of the change's own statement: its
+    events in the same round trip, `seq` NULL as `append` writes them."""
+    return insert(e).from_select(list(_COLUMNS), rows)
+
+
 @cache
 def _sqlite_insert() -> Any:
     """One row numbered after the tenant's newest: writers are serialised, so the subquery

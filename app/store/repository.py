@@ -51,6 +51,7 @@ from app.db.base import AnyRow, UTCDateTime, table
 from app.db.dialect import dialect_name
 from app.db.revisioned import Key, RevisionedRepository
 from app.events.models import Event
+from app.events.repository import written_by
 from app.store.filters import Condition
 from app.store.models import StoreItem, StoreVector
 
@@ -716,12 +717,10 @@ def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
         exists(select(up.c.id).where(up.c.revision > 1))).cte("old_vectors")
     stmt = select(*(up.c[c.name] for c in si.c), up.c.created).add_cte(old_vectors)
     if with_event:
-        # The audit event of app/events/repository.py `append` (seq NULL: the sequencer
-        # numbers it after the commit), written by the same statement.
+        # The audit event, written by the same statement.
         kind = case((up.c.created, literal("store.item.created")),
                     else_=literal("store.item.updated"))
-        event = insert(e).from_select(
-            ["tenant_id", "actor", "type", "resource", "revision", "thread_id", "at"],
+        event = written_by(
             select(bindparam("b_tenant", type_=e.c.tenant_id.type),
                    bindparam("b_actor", type_=e.c.actor.type), kind,
                    bindparam("b_resource", type_=e.c.resource.type), up.c.revision,
