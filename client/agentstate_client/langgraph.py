@@ -406,16 +406,21 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         sent = _Sent()
         versions = body["checkpoint"].get("channel_versions", {})
         for channel, value in body["values"].items():
-            inline = value.get("items")
-            if inline is None or channel not in versions:
+            if value.get("items") is None or channel not in versions:
                 continue
-            encoded = [(item["type"], base64.b64decode(item["data"])) for item in inline]
-            digests = [item_digest(type_, data) for type_, data in encoded]
-            self._cache_items(zip(digests, encoded))
-            value["digests"], value["items"] = digests, None
+            digests = self._by_digest(value)
             sent.items.extend(digests)
             sent.lists[(name, body["checkpoint_ns"], channel)] = (versions[channel], digests)
         self._remember(name, sent)
+
+    def _by_digest(self, value: dict[str, Any]) -> list[str]:
+        """A list value read with its items inline, as a read by digest has it: its items
+        cached under their digests, which it names instead. The digests."""
+        encoded = [(item["type"], base64.b64decode(item["data"])) for item in value["items"]]
+        digests = [item_digest(type_, data) for type_, data in encoded]
+        self._cache_items(zip(digests, encoded))
+        value["digests"], value["items"] = digests, None
+        return digests
 
     def _list_page(self, api: _Api, listing: _Listing) -> Op[list[CheckpointTuple]]:
         """The next page of `listing` (marked done after the last one)."""
@@ -542,6 +547,10 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         ns, checkpoint_id = conf.get("checkpoint_ns", ""), get_checkpoint_id(config)
         wanted = list(dict.fromkeys(channels))
         with self._lock:
+            # The first history this saver reads of the thread (a new process resuming it):
+            # the seeds' items come inline, one request; later their digests, and only the
+            # items the cache lacks are fetched.
+            first = name not in self._delta_channels
             ahead = self._delta_ahead.get(name, {}).pop(ns, None)
             if len(wanted) <= _CHANNELS:
                 self._delta_channels[name] = tuple(wanted)
@@ -557,10 +566,13 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             try:
                 body = yield from _Api.get_delta_history.steps(
                     api, name, wanted[start:start + _CHANNELS], checkpoint_id,
-                    checkpoint_ns=ns, items="digests")
+                    checkpoint_ns=ns, items="data" if first else "digests")
             except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
                 return {channel: {"writes": []} for channel in channels}
             found.update(body["channels"])
+        for history in found.values():
+            if history["seed"] is not None and history["seed"].get("items") is not None:
+                self._by_digest(history["seed"])  # the next read names them by digest
         items = yield from self._fill(api, name, (
             h["seed"] for h in found.values() if h["seed"] is not None))
         out: dict[str, DeltaChannelHistory] = {}

@@ -77,31 +77,36 @@ async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transp
     assert len(state.values["messages"]) == 48
 
 
+@pytest.mark.parametrize("delta", [False, True], ids=["MessagesState", "DeltaChannel"])
 async def test_a_saver_resuming_a_thread_reads_it_in_one_request_and_sends_what_is_new(
-        saver: AgentStateSaver, transport: Counting, uid: str) -> None:
+        saver: AgentStateSaver, transport: Counting, uid: str, delta: bool) -> None:
     """A saver that has not seen the thread (a new process) reads its checkpoint with the
-    items in one request; its next turn is the usual four requests, and its checkpoints
-    send the new messages only (the list as what it gained since the one read), not the
-    whole conversation again. The answers equal InMemorySaver's."""
+    items in one request (with DeltaChannel, the channel's history in a second, its seed's
+    items inline too); its next turn is the usual four requests, and its checkpoints send
+    the new messages only (the list as what it gained since the one read), not the whole
+    conversation again. The answers equal InMemorySaver's."""
     config = {"configurable": {"thread_id": f"resume-{uid}"}}
-    first, reference = chat(saver, False), chat(InMemorySaver(), False)
-    for turn in range(6):
+    first, reference = chat(saver, delta), chat(InMemorySaver(), delta)
+    for turn in range(5):  # ten updates: DeltaChannel's last snapshot (every fourth) is two back
         for made in (first, reference):
             await made.ainvoke({"messages": [HumanMessage(f"earlier question {turn}")]}, config)
     resumed = AgentStateSaver(base_url="http://unused.invalid", async_client=saver._aclient())
     transport.seen.clear()
-    state = await chat(resumed, False).aget_state(config)
-    assert [seen.rsplit("/", 1)[-1] for seen in transport.seen] == ["latest"], transport.seen
-    assert len(state.values["messages"]) == 12
+    state = await chat(resumed, delta).aget_state(config)
+    assert [seen.rsplit("/", 1)[-1] for seen in transport.seen] == (
+        ["latest", "delta-history"] if delta else ["latest"]), transport.seen
+    assert len(state.values["messages"]) == 10
     transport.seen.clear()
     transport.bodies.clear()
-    got = await chat(resumed, False).ainvoke(
+    got = await chat(resumed, delta).ainvoke(
         {"messages": [HumanMessage("the question after a restart")]}, config)
     expected = await reference.ainvoke(
         {"messages": [HumanMessage("the question after a restart")]}, config)
     assert [(m.type, m.content) for m in got["messages"]] == [
         (m.type, m.content) for m in expected["messages"]]
     assert len(transport.seen) == 4, transport.seen
+    if delta:  # this turn's checkpoints store a snapshot: the whole list, once
+        return
     sent = b"".join(transport.bodies)
     assert sent.count(b'"base_version"') >= 2, sent[:500]
     assert b"earlier question" not in b"".join(
