@@ -12,9 +12,7 @@ from pydantic import (
     BeforeValidator,
     Field,
     PlainSerializer,
-    SerializerFunctionWrapHandler,
     StringConstraints,
-    model_serializer,
     model_validator,
 )
 
@@ -173,14 +171,12 @@ class CheckpointBatchOut(Strict):
 class ItemOut(BaseModel):
     type: str
     data: Base64
-    digest: str | None = Field(None, description="In answers to `items`: the item's digest.")
 
-    @model_serializer(mode="wrap")
-    def _without_null_digest(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        if out.get("digest") is None:
-            out.pop("digest", None)
-        return out
+
+class DigestItemOut(ItemOut):
+    """An item in answers to `items`, with its digest."""
+
+    digest: str
 
 
 class ValueOut(Strict):
@@ -196,7 +192,7 @@ class ItemsIn(Strict):
 
 
 class ItemsOut(BaseModel):
-    data: list[ItemOut]
+    data: list[DigestItemOut]
 
 
 class WriteOut(Strict):

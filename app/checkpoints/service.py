@@ -27,6 +27,7 @@ from app.checkpoints.schemas import (
     CheckpointRef,
     DeltaHistoryOut,
     DeltaWriteOut,
+    DigestItemOut,
     ItemOut,
     LatestCheckpointOut,
     TaskWritesIn,
@@ -403,11 +404,11 @@ class CheckpointService:
         return Page(data=await self._expand(thread_id, pk, page.data, by_digest),
                     next_cursor=page.next_cursor, has_more=page.has_more)
 
-    async def items(self, thread_id: str, digests: list[str]) -> list[ItemOut]:
+    async def items(self, thread_id: str, digests: list[str]) -> list[DigestItemOut]:
         """The items of the thread with these digests (hex); unknown ones are left out."""
         pk = await self.threads.live_pk(thread_id)
         keys = [bytes.fromhex(d) for d in digests]
-        return [ItemOut.model_construct(type=r.type, data=r.data, digest=r.digest.hex())
+        return [DigestItemOut.model_construct(type=r.type, data=r.data, digest=r.digest.hex())
                 for r in (await self.repo.items(pk, keys) if keys else [])
                 if r.type != CHUNK_TYPE]
 
