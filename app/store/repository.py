@@ -114,15 +114,22 @@ _BY_NAME_RECENT: tuple[Any, ...] = (literal_column("updated_at").desc(),
 LEXICAL_CANDIDATES = 1000
 
 
-def below(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
-    """Namespaces below `prefix`: a range on the (C-ordered) column, since no encoded label
-    holds `/` (0x2F) and `0` (0x30) follows it."""
-    return and_(namespace > prefix + "/", namespace < prefix + "0")
+def _under(prefix: str) -> tuple[str, str, str]:
+    """The namespace `prefix` and the bounds of the namespaces below it: a range on the
+    (C-ordered) column, since no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
+    return prefix, prefix + "/", prefix + "0"
+
+
+def _under_conditions(prefix: tuple[Any, Any, Any],
+                      namespace: Any = si.c.namespace) -> tuple[Any, Any]:
+    """The namespace itself, and those below it (`_under`'s three, or parameters)."""
+    name, above, below = prefix
+    return namespace == name, and_(namespace > above, namespace < below)
 
 
 def prefix_condition(prefix: str, namespace: Any = si.c.namespace) -> ColumnElement[bool]:
     """Namespaces equal to `prefix` or below it."""
-    return or_(namespace == prefix, below(prefix, namespace))
+    return or_(*_under_conditions(_under(prefix), namespace))
 
 
 @dataclass(frozen=True)
@@ -287,17 +294,6 @@ def _recent(postgres: bool, conditions: Sequence[Any], prefix: tuple[Any, Any, A
     parts = [select(si, *extra).where(*conditions, condition).order_by(*_ORDER_RECENT)
              .limit(part) for condition in _under_conditions(prefix)]
     return union_all(*parts).order_by(*_BY_NAME_RECENT).limit(limit).offset(offset)
-
-
-def _under(prefix: str) -> tuple[str, str, str]:
-    """The namespace `prefix` and the bounds of the namespaces below it (see `below`)."""
-    return prefix, prefix + "/", prefix + "0"
-
-
-def _under_conditions(prefix: tuple[Any, Any, Any]) -> tuple[Any, Any]:
-    """The namespace itself, and those below it, from `_under`'s three (or parameters)."""
-    name, above, below_ = prefix
-    return si.c.namespace == name, and_(si.c.namespace > above, si.c.namespace < below_)
 
 
 _PARAMETERS = (bindparam("s_prefix", type_=Text), bindparam("s_above", type_=Text),
