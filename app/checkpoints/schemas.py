@@ -168,12 +168,12 @@ class CheckpointBatchOut(Strict):
     writes: int = Field(description="How many pending writes were sent.")
 
 
-class ItemOut(BaseModel):
+class CheckpointItemOut(BaseModel):
     type: str
     data: Base64
 
 
-class DigestItemOut(ItemOut):
+class DigestItemOut(CheckpointItemOut):
     """An item in answers to `items`, with its digest."""
 
     digest: str
@@ -182,7 +182,7 @@ class DigestItemOut(ItemOut):
 class ValueOut(Strict):
     type: str
     data: Base64 | None = None
-    items: list[ItemOut] | None = None
+    items: list[CheckpointItemOut] | None = None
     digests: list[str] | None = Field(None, description=(
         "With `?items=digests`: the items' digests in order, instead of `items`."))
 

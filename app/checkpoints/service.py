@@ -23,12 +23,12 @@ from app.checkpoints.schemas import (
     CheckpointBatchOut,
     CheckpointBatchRef,
     CheckpointIn,
+    CheckpointItemOut,
     CheckpointOut,
     CheckpointRef,
     DeltaHistoryOut,
     DeltaWriteOut,
     DigestItemOut,
-    ItemOut,
     LatestCheckpointOut,
     TaskWritesIn,
     ValueOut,
@@ -413,7 +413,7 @@ class CheckpointService:
                 if r.type != CHUNK_TYPE]
 
     async def _lists(self, pk: int, blobs: Iterable[AnyRow], by_digest: bool,
-                     ) -> tuple[dict[bytes, list[bytes]], dict[bytes, ItemOut]]:
+                     ) -> tuple[dict[bytes, list[bytes]], dict[bytes, CheckpointItemOut]]:
         """The chunks (digest -> item digests) of the list values among `blobs`, and their
         items (none with `by_digest`), in two statements for all of them."""
         chunk_keys = [d for r in blobs for d in _split(r._mapping["items"])]
@@ -423,13 +423,13 @@ class CheckpointService:
         # Built without validation: the rows are what was validated on the way in, and a
         # 400-message log would otherwise be validated item by item on every read.
         items = {} if by_digest else {
-            r.digest: ItemOut.model_construct(type=r.type, data=r.data)
+            r.digest: CheckpointItemOut.model_construct(type=r.type, data=r.data)
             for r in (await self.repo.items(pk, digests) if digests else [])}
         return chunks, items
 
     @staticmethod
-    def _value(blob: AnyRow, chunks: dict[bytes, list[bytes]], items: dict[bytes, ItemOut],
-               by_digest: bool) -> ValueOut:
+    def _value(blob: AnyRow, chunks: dict[bytes, list[bytes]],
+               items: dict[bytes, CheckpointItemOut], by_digest: bool) -> ValueOut:
         if blob._mapping["items"] is None:
             return ValueOut(type=blob.type, data=blob.data)
         if by_digest:
@@ -501,7 +501,7 @@ class CheckpointService:
                                 "checkpoints (or its parent ids form a cycle).")
         lists = [seed for seed in seeds.values() if seed._mapping["items"] is not None]
         chunks: dict[bytes, list[bytes]] = {}
-        items: dict[bytes, ItemOut] = {}
+        items: dict[bytes, CheckpointItemOut] = {}
         if lists:
             if thread_pk is None:
                 thread_pk = await self.threads.live_pk(thread_id)
