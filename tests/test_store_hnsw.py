@@ -449,15 +449,18 @@ async def test_reindex_rebuilds_with_the_settings_while_searches_go_on(
     # Nothing left to rebuild; while a build holds the lock, a run waits for it, and says so.
     async with sql(pgvector_url) as holder:
         await holder.execute("SELECT pg_advisory_lock(hashtext('agentstate.store_hnsw'))")
+        # Only sessions begun after this: one from before (the servers' above, whose
+        # backends can outlive them by a moment on a busy machine) may show the same last
+        # statement, and the run would not have tried the lock yet (a CI run failed so).
+        before = await holder.fetchval("SELECT clock_timestamp()")
         run = asyncio.ensure_future(asyncio.to_thread(
             agentstate, pgvector_url, "reindex", env=env))
-
 
         async def waiting() -> bool:  # the run has tried the lock (its last statement)
             return bool(await holder.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                "AND datname = current_database() "
-                "AND query LIKE '%pg_try_advisory_lock%'"))
+                "AND datname = current_database() AND backend_start > $1 "
+                "AND query LIKE '%pg_try_advisory_lock%'", before))
         await until("the run waits for the lock", waiting)
         assert not run.done()
     again = await run
