@@ -111,11 +111,18 @@ def _by_key(keys: Any, rows: Any) -> Any:
     return select(found).select_from(keys.join(found, true()))
 
 
-def _arrays(name: str, tbl: Any, columns: Sequence[str], **table_valued: Any) -> Any:
-    """Rows given as one array parameter per column (`{name}_{column}`), as a FROM."""
-    return func.unnest(*(bindparam(f"{name}_{column}", type_=ARRAY(tbl.c[column].type))
-                         for column in columns)).table_valued(
+def _unnest(columns: dict[str, Any], **table_valued: Any) -> Any:
+    """Rows given as one array parameter per column (named as the column, of its element
+    type), as a FROM: one statement text whatever the count."""
+    return func.unnest(*(bindparam(name, type_=ARRAY(type_))
+                         for name, type_ in columns.items())).table_valued(
                              *columns, **table_valued).render_derived()
+
+
+def _arrays(name: str, tbl: Any, columns: Sequence[str], **table_valued: Any) -> Any:
+    """`_unnest` of rows of `tbl`'s `columns`, each sent as `{name}_{column}`."""
+    return _unnest({f"{name}_{column}": tbl.c[column].type for column in columns},
+                   **table_valued)
 
 
 @cache
@@ -127,36 +134,31 @@ def _items_by_digest(postgres: bool) -> Any:
     if not postgres:
         return select(*columns).where(*mine, i.c.digest.in_(bindparam("digests",
                                                                       expanding=True)))
-    keys = func.unnest(bindparam("digests", type_=ARRAY(LargeBinary))).table_valued(
-        "digest").render_derived()
-    return _by_key(keys, select(*columns).where(*mine, i.c.digest == keys.c.digest).limit(1))
+    keys = _unnest({"digests": LargeBinary})
+    return _by_key(keys, select(*columns).where(*mine, i.c.digest == keys.c.digests).limit(1))
 
 
 @cache
 def _blobs_by_key() -> Any:
     """Postgres: the values stored under (namespace, channel, version) keys given as three
     arrays of one length."""
-    keys = func.unnest(*(bindparam(name, type_=ARRAY(Text)) for name in
-                         ("nss", "channels", "versions"))).table_valued(
-                             "ns", "ch", "v").render_derived()
+    keys = _unnest({"nss": Text, "channels": Text, "versions": Text})
     return _by_key(keys, select(b).where(
         b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
-        b.c.checkpoint_ns == keys.c.ns, b.c.channel == keys.c.ch,
-        b.c.version == keys.c.v).limit(1))
+        b.c.checkpoint_ns == keys.c.nss, b.c.channel == keys.c.channels,
+        b.c.version == keys.c.versions).limit(1))
 
 
 @cache
 def _writes_by_key() -> Any:
     """Postgres: the pending writes of (namespace, checkpoint id) keys given as two arrays,
     in (task_path, task_id, idx) order."""
-    keys = func.unnest(bindparam("nss", type_=ARRAY(Text)),
-                       bindparam("ids", type_=ARRAY(Text))).table_valued(
-                           "ns", "id").render_derived()
+    keys = _unnest({"nss": Text, "ids": Text})
     # OFFSET 0: a key has many writes (no LIMIT 1), and it keeps the subquery a LATERAL
     # lookup instead of letting the planner flatten it back into a join.
     stmt = _by_key(keys, select(w).where(
         w.c.tenant_id == bindparam("tenant"), w.c.thread_pk == bindparam("pk"),
-        w.c.checkpoint_ns == keys.c.ns, w.c.checkpoint_id == keys.c.id).offset(0))
+        w.c.checkpoint_ns == keys.c.nss, w.c.checkpoint_id == keys.c.ids).offset(0))
     found = stmt.selected_columns
     return stmt.order_by(found.task_path, found.task_id, found.idx)
 
@@ -181,14 +183,14 @@ def _insert_all() -> Any:
         parts.append(postgresql.insert(tbl).from_select(
             ["tenant_id", "thread_pk", *columns],
             select(bindparam("tenant", type_=Name), bindparam("pk", type_=BigInteger),
-                   *(rows.c[column] for column in columns)))
+                   *(rows.c[f"{name}_{column}"] for column in columns)))
             .on_conflict_do_nothing(index_elements=key).cte(f"new_{name}"))
     # The audit events, in their order: ids are drawn in the order of the SELECT's rows.
     queued = _arrays("events", e, _EVENT_COLUMNS, with_ordinality="n")
     parts.append(written_by(
         select(bindparam("tenant", type_=Name), bindparam("actor", type_=Name),
-               queued.c.type, queued.c.resource, cast(null(), e.c.revision.type),
-               queued.c.thread_id, bindparam("at", type_=e.c.at.type))
+               queued.c.events_type, queued.c.events_resource, cast(null(), e.c.revision.type),
+               queued.c.events_thread_id, bindparam("at", type_=e.c.at.type))
         .order_by(queued.c.n)).cte("new_events"))
     return select(_const("1")).add_cte(*parts)
 
