@@ -198,9 +198,9 @@ class CheckpointService:
                              created_at=row.created_at)
 
     async def _store_values(self, thread_pk: int, body: CheckpointIn, new: _New) -> None:
-        """Gather the values `body` adds into `new` (their lists' items and chunks too)."""
+        """Gather the values `body` adds into `new` (their lists' items and chunks too: an
+        item is named by its content's digest, so a repeat is the same row)."""
         blobs: list[dict[str, Any]] = []
-        new_items: dict[bytes, dict[str, Any]] = {}
         referenced: set[bytes] = set()
         for value in body.values:
             row: dict[str, Any] = {"checkpoint_ns": body.checkpoint_ns, "channel": value.channel,
@@ -211,7 +211,7 @@ class CheckpointService:
                 for item in value.items:
                     if item.data is not None and item.type is not None:
                         key = item_digest(item.type, item.data)
-                        new_items[key] = {"digest": key, "type": item.type, "data": item.data}
+                        new.items[key] = {"digest": key, "type": item.type, "data": item.data}
                     else:
                         assert item.digest is not None
                         key = bytes.fromhex(item.digest)
@@ -227,19 +227,17 @@ class CheckpointService:
                 for start in range(0, len(digests), CHUNK):
                     data = b"".join(digests[start:start + CHUNK])
                     key = item_digest(CHUNK_TYPE, data)
-                    new_items[key] = {"digest": key, "type": CHUNK_TYPE, "data": data}
+                    new.items[key] = {"digest": key, "type": CHUNK_TYPE, "data": data}
                     chunks.append(key)
                 row["items"] = b"".join(chunks)
             blobs.append(row)
-        referenced -= new_items.keys() | new.items.keys()
+        referenced -= new.items.keys()
         if referenced:
             missing = referenced - await self.repo.held_digests(thread_pk, list(referenced))
             if missing:
                 raise CheckpointItemsMissing(
                     f"{len(missing)} items sent by digest are not stored in this thread; "
                     "send them with type and data.", missing=sorted(d.hex() for d in missing))
-        for key, stored in new_items.items():
-            new.items.setdefault(key, stored)
         for row in blobs:  # the first value under a key is kept, as the insert keeps it
             new.blobs.setdefault((row["checkpoint_ns"], row["channel"], row["version"]), row)
 
