@@ -489,10 +489,14 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         if outcome is not None:
             raise outcome
 
-    def _checkpoint_entry(self, name: str, config: RunnableConfig, checkpoint: Checkpoint,
-                          metadata: CheckpointMetadata, new_versions: ChannelVersions) -> _Entry:
+    def _drop_ahead(self, name: str) -> None:
+        """A write to the thread: a delta history read ahead of it may be stale now."""
         with self._lock:
             self._delta_ahead.pop(name, None)
+
+    def _checkpoint_entry(self, name: str, config: RunnableConfig, checkpoint: Checkpoint,
+                          metadata: CheckpointMetadata, new_versions: ChannelVersions) -> _Entry:
+        self._drop_ahead(name)
         body, sent = self._put_body(config, checkpoint, metadata, new_versions,
                                     self._known_for(name))
         return _Entry(checkpoint=body, sent=sent, resend=lambda: self._put_body(
@@ -506,8 +510,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             encoded.append({"idx": WRITES_IDX_MAP.get(channel, index), "channel": channel,
                             "type": type_, "data": _b64(data)})
         conf = config["configurable"]
-        with self._lock:
-            self._delta_ahead.pop(encode_id(str(conf["thread_id"])), None)
+        self._drop_ahead(encode_id(str(conf["thread_id"])))
         return _Entry(writes={"checkpoint_id": conf["checkpoint_id"],
                               "checkpoint_ns": conf.get("checkpoint_ns", ""),
                               "task_id": task_id, "task_path": task_path, "writes": encoded})
