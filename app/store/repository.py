@@ -114,6 +114,11 @@ _BY_NAME_RECENT: tuple[Any, ...] = (literal_column("updated_at").desc(),
 LEXICAL_CANDIDATES = 1000
 
 
+def _expired(now: Any) -> ColumnElement[bool]:
+    """An item whose time to live has run out at `now` (a value or a parameter)."""
+    return and_(si.c.expires_at.is_not(None), si.c.expires_at <= now)
+
+
 def _under(prefix: str) -> tuple[str, str, str]:
     """The namespace `prefix` and the bounds of the namespaces below it: a range on the
     (C-ordered) column, since no encoded label holds `/` (0x2F) and `0` (0x30) follows it."""
@@ -200,8 +205,7 @@ def _conditions(postgres: bool, shape: tuple[Any, ...]) -> tuple[Any, ...]:
     conditions' `_shape`s), with their values as parameters (`_values`)."""
     live = (si.c.tenant_id == bindparam("s_tenant", type_=si.c.tenant_id.type),
             si.c.deleted_at.is_(None),
-            ~and_(si.c.expires_at.is_not(None),
-                  si.c.expires_at <= bindparam("s_now", type_=UTCDateTime())))
+            ~_expired(bindparam("s_now", type_=UTCDateTime())))
     build = _pg_condition if postgres else _sqlite_condition
     return (and_(*live), *(build(n, *form) for n, form in enumerate(shape)))
 
@@ -352,11 +356,8 @@ class StoreRepository(RevisionedRepository):
     def _now(self) -> Any:
         return bindparam("now", self.now, type_=UTCDateTime())
 
-    def _expired(self) -> ColumnElement[bool]:
-        return and_(si.c.expires_at.is_not(None), si.c.expires_at <= self._now())
-
     def _live(self) -> ColumnElement[bool]:
-        return and_(super()._live(), ~self._expired())
+        return and_(super()._live(), ~_expired(self._now()))
 
     # --- one item (RevisionedResource) --------------------------------------------------
 
@@ -369,7 +370,7 @@ class StoreRepository(RevisionedRepository):
         return row
 
     def _gone(self) -> ColumnElement[bool]:
-        return or_(super()._gone(), self._expired())
+        return or_(super()._gone(), _expired(self._now()))
 
     async def write(self, key: Key, content: dict[str, Any], accept: Accept,
                     revisions: Sequence[int], event: tuple[str, str] | None) -> AnyRow | None:
@@ -680,8 +681,7 @@ def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
     address = (si.c.tenant_id == bindparam("b_tenant"),
                si.c.namespace == bindparam("b_namespace"), si.c.key == bindparam("b_key"))
     content = {name: bindparam(f"c_{name}", type_=si.c[name].type) for name in CONTENT}
-    gone = or_(si.c.deleted_at.is_not(None),
-               and_(si.c.expires_at.is_not(None), si.c.expires_at <= now))
+    gone = or_(si.c.deleted_at.is_not(None), _expired(now))
     revisions = bindparam("b_revisions", expanding=True, type_=si.c.revision.type)
     returned = (*si.c, (si.c.created_at == now).label("created"))
     if accept in ("live", "in"):
@@ -729,7 +729,7 @@ def _write_statement(postgres: bool, accept: Accept, with_event: bool) -> Any:
 def _get_statement(lock: bool) -> Any:
     """`StoreRepository.get`'s statement, built once (app/db/direct.py)."""
     now = bindparam("b_now", type_=UTCDateTime())
-    expired = and_(si.c.expires_at.is_not(None), si.c.expires_at <= now)
+    expired = _expired(now)
     gone = case((and_(si.c.deleted_at.is_(None), expired), si.c.expires_at),
                 else_=si.c.deleted_at).label("deleted_at")
     stmt = select(*(c for c in si.c if c.name != "deleted_at"), gone).where(
