@@ -21,8 +21,6 @@ import sys
 import time
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from bench.run import TICKS
 from bench.server import (
     ROOT,
@@ -30,6 +28,7 @@ from bench.server import (
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
+    libpq_dsn,
     migrate,
     minimal_server,
 )
@@ -62,7 +61,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {f"{who} {op}": [] for who, op in TARGETS}
     try:
         migrate(url)
-        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        dsn = libpq_dsn(url)
         with agentstate_server(url, 1) as ours, minimal_server(1, dsn) as floor:
             servers = {"agentstate": ours, "floor": floor}
             for round_ in range(args.rounds):

@@ -28,9 +28,7 @@ import statistics
 import time
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
-from bench.server import create_postgres_database, drop_postgres_database, migrate
+from bench.server import create_postgres_database, drop_postgres_database, libpq_dsn, migrate
 
 HOST = b"127.0.0.1:8000"
 STORE_ITEMS = 100  # store items of each slot's namespace (the store_* operations)
@@ -212,7 +210,7 @@ async def calls(app: Any, op: str, slots: list[Slot], count: int = 200) -> float
 
 async def main_async(args: argparse.Namespace, url: str) -> None:
     if True:
-        dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        dsn = libpq_dsn(url)
         os.environ["AGENTSTATE_DATABASE_URL"] = url
         os.environ["AGENTSTATE_AUTO_MIGRATE"] = "false"
         os.environ["AGENTSTATE_LOG_LEVEL"] = "WARNING"

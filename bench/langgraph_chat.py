@@ -48,6 +48,7 @@ from bench.server import (
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
+    libpq_dsn,
     migrate,
 )
 
@@ -158,7 +159,7 @@ async def sizes(dsn: str) -> dict[str, dict[str, int]]:
 async def run(turns: int, url: str, delta: bool, count_turns: int) -> None:
     import asyncpg
 
-    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    plain = libpq_dsn(url)
     connection = await asyncpg.connect(plain)
     await connection.execute("CREATE SCHEMA lgpg")
     await connection.close()

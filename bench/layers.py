@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
-from sqlalchemy.engine import make_url
 
 from app.auth.authenticator import OPEN
 from app.core.settings import Settings
@@ -27,7 +26,7 @@ from app.db.unit import UnitOfWork
 from app.events.repository import EventRepository
 from app.threads.repository import ThreadRepository
 from bench.ops import run_state
-from bench.server import create_postgres_database, drop_postgres_database, migrate
+from bench.server import create_postgres_database, drop_postgres_database, libpq_dsn, migrate
 from bench.sqlbaseline import Slot, create_thread, op_state_replace
 
 
@@ -44,8 +43,7 @@ async def measure(url: str, n: int) -> dict[str, Any]:
     """Each side replaces the state of its own thread with If-Match, as `PUT` does; the
     asyncpg side is baseline (a)'s own transaction (bench/sqlbaseline.py)."""
     db = Database(Settings(database_url=url))
-    raw = await asyncpg.connect(make_url(url).set(drivername="postgresql")
-                                .render_as_string(hide_password=False))
+    raw = await asyncpg.connect(libpq_dsn(url))
     ours, theirs = (Slot(f"layers-{time.time_ns()}-{side}") for side in ("sqlalchemy", "asyncpg"))
     async with raw.transaction():
         for slot in (ours, theirs):

@@ -25,14 +25,13 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from bench.server import (
     FLOOR,
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
     floor_reader,
+    libpq_dsn,
     migrate,
     minimal_server,
 )
@@ -100,11 +99,9 @@ def run(turns: int, reads: int) -> dict[str, Any]:
     database = create_postgres_database()
     try:
         migrate(database)
-        plain = make_url(database).set(drivername="postgresql").render_as_string(
-            hide_password=False)
         with tempfile.TemporaryDirectory() as scratch, \
                 agentstate_server(database, workers=1) as server, \
-                minimal_server(1, plain) as floor:
+                minimal_server(1, libpq_dsn(database)) as floor:
             return {"turns": turns, **asyncio.run(compare(
                 server.base_url, database, Path(scratch) / "sessions.db", turns, reads,
                 floor.base_url))}

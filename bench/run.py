@@ -25,8 +25,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sqlalchemy.engine import make_url
-
 from bench import report
 from bench.conversation import conversation, scaling
 from bench.ops import SERVER_OPS
@@ -36,6 +34,7 @@ from bench.server import (
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
+    libpq_dsn,
     migrate,
     minimal_server,
     postgres_facts,
@@ -152,7 +151,7 @@ def run_backend(args: argparse.Namespace, backend: str, results: dict[str, Any],
                                                 "workers": workers, "op": op,
                                                 **load(args, server, op, f"{run_id}{workers}")})
         if backend == "postgres" and "sql" not in args.skips:
-            dsn = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+            dsn = libpq_dsn(url)
             floor = "get_thread" in args.op_names and 1 in args.worker_counts
             if floor and "load" not in args.skips:
                 log("FastAPI + asyncpg floor for get thread")
@@ -175,9 +174,7 @@ def run_backend(args: argparse.Namespace, backend: str, results: dict[str, Any],
                                                                  args.sizes, args.rounds))
                 if "chat" not in args.skips:
                     log(f"{backend} conversation of {args.turns} turns")
-                    dsn = (make_url(url).set(drivername="postgresql")
-                           .render_as_string(hide_password=False) if backend == "postgres"
-                           else None)
+                    dsn = libpq_dsn(url) if backend == "postgres" else None
                     results["conversation"][backend] = _guard(
                         conversation(server.base_url, dsn, run_id, args.turns, args.chats))
     finally:

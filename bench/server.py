@@ -169,6 +169,12 @@ async def floor_reader(agentstate_url: str,
         yield get
 
 
+def libpq_dsn(database_url: str) -> str:
+    """The SQLAlchemy URL as a plain `postgresql://` DSN (asyncpg, psycopg), password kept."""
+    return make_url(database_url).set(drivername="postgresql").render_as_string(
+        hide_password=False)
+
+
 def minimal_server(workers: int, dsn: str | None = None) -> Server:
     """The minimal FastAPI app; with `dsn`, also its bare one-SELECT get thread."""
     return Server([sys.executable, "-m", "bench.minimal_app", "--port", "{port}",

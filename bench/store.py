@@ -51,7 +51,6 @@ from typing import Any
 from agentstate_client import AsyncAgentStateClient
 from agentstate_client.langgraph import AgentStateStore
 from langgraph.store.postgres.aio import AsyncPostgresStore
-from sqlalchemy.engine import make_url
 
 from bench.server import (
     FLOOR,
@@ -61,6 +60,7 @@ from bench.server import (
     create_postgres_database,
     drop_postgres_database,
     floor_reader,
+    libpq_dsn,
     migrate,
     minimal_server,
 )
@@ -303,7 +303,7 @@ async def hnsw(sizes: list[int], calls: int) -> list[dict[str, Any]]:
 async def run(url: str, sizes: list[int], calls: int, baseline: Path | None) -> None:
     import asyncpg
 
-    plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    plain = libpq_dsn(url)
     connection = await asyncpg.connect(plain)
     await connection.execute("CREATE SCHEMA lgst")
     await connection.close()
