@@ -69,11 +69,15 @@ async def conversations(sessions: dict[str, Any], turns: int, reads: int,
             start = time.perf_counter()
             await floor()
             floors.append(time.perf_counter() - start)
-    return {FLOOR: {"get_ms": round(median(floors) * 1000, 2)}, **{name: {"early_turn_ms": round(median(per_turn[name][:EARLY]) * 1000, 2),
-                   "late_turn_ms": round(median(per_turn[name][-EARLY:]) * 1000, 2),
-                   "get_items_20_ms": round(median(timed[name][20]) * 1000, 2),
-                   "get_items_all_ms": round(median(timed[name][None]) * 1000, 2),
-                   "items": 2 * turns} for name in sessions}}
+    def ms(samples: list[float]) -> float:
+        return round(median(samples) * 1000, 2)
+
+    return {FLOOR: {"get_ms": ms(floors)},
+            **{name: {"early_turn_ms": ms(per_turn[name][:EARLY]),
+                      "late_turn_ms": ms(per_turn[name][-EARLY:]),
+                      "get_items_20_ms": ms(timed[name][20]),
+                      "get_items_all_ms": ms(timed[name][None]),
+                      "items": 2 * turns} for name in sessions}}
 
 
 async def compare(base_url: str, database: str, sqlite_path: Path, turns: int,
