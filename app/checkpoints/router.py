@@ -140,6 +140,12 @@ DeltaChannels = Annotated[list[ChannelName] | None, Query(
     alias="delta_channel", max_length=32, description=(
         "A channel whose delta history comes with the checkpoint, in `delta_history` (repeat "
         "for more, at most 32): one request where a LangGraph `DeltaChannel` would take two."))]
+SeedDigest = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+KnownSeeds = Annotated[list[SeedDigest] | None, Query(
+    alias="known_seed", max_length=32, description=(
+        "The `seed_digest` of a seed the client holds (repeat for more, at most 32): a "
+        "channel whose seed has that digest answers `seed: null` with the digest, and the "
+        "seed's items are not read or sent again."))]
 
 
 # The reads answer their model's own JSON (`model_json`): a 400-message log is not
@@ -150,9 +156,11 @@ DeltaChannels = Annotated[list[ChannelName] | None, Query(
 async def get_latest_checkpoint(thread_id: ThreadId, uow: Reader,
                                 checkpoint_ns: Namespace = "",
                                 items: ItemsMode = "data",
-                                delta_channels: DeltaChannels = None) -> Response:
+                                delta_channels: DeltaChannels = None,
+                                known_seeds: KnownSeeds = None) -> Response:
     return model_json(await CheckpointService(uow).latest(
-        thread_id, checkpoint_ns, by_digest=items == "digests", delta_channels=delta_channels))
+        thread_id, checkpoint_ns, by_digest=items == "digests", delta_channels=delta_channels,
+        known_seeds=known_seeds or ()))
 
 
 HISTORY = """Per channel: the pending writes on the checkpoint's parent chain since the nearest
@@ -167,9 +175,11 @@ root). What LangGraph's `get_delta_channel_history` answers, in one statement.""
             description=HISTORY)
 async def get_latest_delta_history(thread_id: ThreadId, uow: Reader,
                                    channels: Channels, checkpoint_ns: Namespace = "",
-                                   items: ItemsMode = "data") -> Response:
+                                   items: ItemsMode = "data",
+                                   known_seeds: KnownSeeds = None) -> Response:
     return model_json(await CheckpointService(uow).delta_history(
-        thread_id, checkpoint_ns, None, channels, by_digest=items == "digests"))
+        thread_id, checkpoint_ns, None, channels, by_digest=items == "digests",
+        known_seeds=known_seeds or ()))
 
 
 @router.get(ONE + "/delta-history", response_model=DeltaHistoryOut,
@@ -178,9 +188,11 @@ async def get_latest_delta_history(thread_id: ThreadId, uow: Reader,
 async def get_delta_history(thread_id: ThreadId, checkpoint_id: CheckpointId, uow: Reader,
                             channels: Channels,
                             checkpoint_ns: Namespace = "",
-                            items: ItemsMode = "data") -> Response:
+                            items: ItemsMode = "data",
+                            known_seeds: KnownSeeds = None) -> Response:
     return model_json(await CheckpointService(uow).delta_history(
-        thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests"))
+        thread_id, checkpoint_ns, checkpoint_id, channels, by_digest=items == "digests",
+        known_seeds=known_seeds or ()))
 
 
 @router.post(f"{BASE}/items", responses=responses(404),

@@ -234,7 +234,11 @@ class ChannelHistoryOut(Strict):
         "(task_path, task_id, idx) order."))
     seed: ValueOut | None = Field(description=(
         "The value stored at the nearest ancestor that stores one for the channel; null if "
-        "the walk reached the root without finding one."))
+        "the walk reached the root without finding one, or if it is the seed a `known_seed` "
+        "of the request names (`seed_digest` then says which)."))
+    seed_digest: str | None = Field(None, description=(
+        "The seed's digest (hex sha256 of its stored form), null when there is no seed. "
+        "Name it in `known_seed` on a later read and the same seed is not sent again."))
 
 
 class DeltaHistoryOut(Strict):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,15 @@ def item_digest(type_: str, data: bytes) -> bytes:
     """The key an item is stored under: sha256 of its type tag, a NUL and its bytes,
     truncated to 16 bytes (documented in API.md, so clients can send digests)."""
     return hashlib.sha256(type_.encode() + b"\x00" + data).digest()[:DIGEST_BYTES]
+
+
+def seed_digest(row: AnyRow) -> str:
+    """The digest of a stored value as a delta history's seed: sha256 of its type tag and its
+    stored form (a list value's chunk digests, which name its items by their digests, or the
+    value's bytes), so two seeds with one digest are the same value."""
+    items = row._mapping["items"]
+    form = b"items\x00" + items if items is not None else b"data\x00" + (row.data or b"")
+    return hashlib.sha256(row.type.encode() + b"\x00" + form).hexdigest()
 
 
 def _content_hash(body: CheckpointIn) -> str:
@@ -365,7 +374,8 @@ class CheckpointService:
     # --- reads ---------------------------------------------------------------------------
 
     async def latest(self, thread_id: str, ns: str, *, by_digest: bool = False,
-                     delta_channels: list[str] | None = None) -> LatestCheckpointOut:
+                     delta_channels: list[str] | None = None,
+                     known_seeds: Collection[str] = ()) -> LatestCheckpointOut:
         """The newest checkpoint of `ns`, with the delta history of `delta_channels` (the
         walk `delta_history` does, for this checkpoint)."""
         row = await self.repo.latest_of_live(thread_id, ns)
@@ -375,7 +385,8 @@ class CheckpointService:
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
         out = (await self._expand(thread_id, row.thread_pk, [row], by_digest))[0]
         history = (await self.delta_history(thread_id, ns, row.checkpoint_id, delta_channels,
-                                            by_digest=by_digest, thread_pk=row.thread_pk)
+                                            by_digest=by_digest, thread_pk=row.thread_pk,
+                                            known_seeds=known_seeds)
                    ).channels if delta_channels else None
         return LatestCheckpointOut.model_construct(**dict(out), delta_history=history)
 
@@ -469,13 +480,15 @@ class CheckpointService:
 
     async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
                             channels: list[str], *, by_digest: bool = False,
-                            thread_pk: int | None = None) -> DeltaHistoryOut:
+                            thread_pk: int | None = None,
+                            known_seeds: Collection[str] = ()) -> DeltaHistoryOut:
         """Per channel, the pending writes on the parent chain of a checkpoint (`None`: the
         newest of `ns`) since the nearest ancestor that stores a value for it, oldest first,
         and that value (the seed; None if the walk reached the root). The checkpoint's own
         writes are not included, the seed ancestor's are (a stored value is the state
         entering its checkpoint). LangGraph's `get_delta_channel_history`, one statement.
-        A channel named twice is walked once (the answer is keyed by channel)."""
+        A channel named twice is walked once (the answer is keyed by channel). A seed whose
+        digest is in `known_seeds` (the client holds it) is named by its digest only."""
         channels = list(dict.fromkeys(channels))
         rows = await self.repo.delta_history(thread_id, ns, checkpoint_id, channels)
         target = next((r for r in rows if r.kind == "t"), None)
@@ -497,19 +510,23 @@ class CheckpointService:
         if any(deepest[n] >= MAX_WALK and n not in seeds for n in range(len(channels))):
             raise Unprocessable(f"The parent chain of the checkpoint is longer than {MAX_WALK} "
                                 "checkpoints (or its parent ids form a cycle).")
-        lists = [seed for seed in seeds.values() if seed._mapping["items"] is not None]
+        digests = {n: seed_digest(seed) for n, seed in seeds.items()}
+        sent = {n: seed for n, seed in seeds.items() if digests[n] not in known_seeds}
+        lists = [seed for seed in sent.values() if seed._mapping["items"] is not None]
         chunks: dict[bytes, list[bytes]] = {}
         items: dict[bytes, CheckpointItemOut] = {}
         if lists:
             if thread_pk is None:
                 thread_pk = await self.threads.live_pk(thread_id)
             chunks, items = await self._lists(thread_pk, lists, by_digest)
+        # Built without validation, as `_lists`'s items: the rows were validated on the way in.
         return DeltaHistoryOut(checkpoint_id=target.checkpoint_id, channels={
             channel: ChannelHistoryOut(
-                writes=[DeltaWriteOut(checkpoint_id=r.checkpoint_id, task_id=r.task_id,
-                                      idx=r.idx, type=r.type, data=r.data,
-                                      task_path=r.task_path)
+                writes=[DeltaWriteOut.model_construct(
+                    checkpoint_id=r.checkpoint_id, task_id=r.task_id, idx=r.idx, type=r.type,
+                    data=r.data, task_path=r.task_path)
                         for r in sorted(writes[n], key=lambda r: (-r.depth, r.task_path,
                                                                   r.task_id, r.idx))],
-                seed=self._value(seeds[n], chunks, items, by_digest) if n in seeds else None)
+                seed=self._value(sent[n], chunks, items, by_digest) if n in sent else None,
+                seed_digest=digests.get(n))
             for n, channel in enumerate(channels)})

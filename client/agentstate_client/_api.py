@@ -673,33 +673,37 @@ class _Api:
     @operation
     def get_delta_history(self, thread_id: str, channels: Sequence[str],
                           checkpoint_id: str | None = None, *, checkpoint_ns: str = "",
-                          items: Literal["data", "digests"] | None = None) -> Op[JsonObject]:
+                          items: Literal["data", "digests"] | None = None,
+                          known_seeds: Sequence[str] = ()) -> Op[JsonObject]:
         """Per channel, the pending writes on a checkpoint's parent chain (the newest of the
         namespace when `checkpoint_id` is None) since the nearest ancestor that stores a
-        value for it, and that value (`{"writes", "seed"}`): LangGraph's delta channel
-        history, in one request. Raises `NotFound`."""
+        value for it, and that value (`{"writes", "seed", "seed_digest"}`): LangGraph's
+        delta channel history, in one request. A seed whose `seed_digest` is one of
+        `known_seeds` comes as `seed: None` with its digest. Raises `NotFound`."""
         which = "latest" if checkpoint_id is None else segment(checkpoint_id)
         body: JsonObject = yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/checkpoints/{which}/delta-history",
             params=drop_none(channel=list(channels), checkpoint_ns=checkpoint_ns,
-                             items=items)))
+                             items=items, known_seed=list(known_seeds) or None)))
         return body
 
     @operation
     def get_checkpoint(self, thread_id: str, checkpoint_id: str | None = None, *,
                        checkpoint_ns: str = "",
                        items: Literal["data", "digests"] | None = None,
-                       delta_channels: Sequence[str] = ()) -> Op[JsonObject]:
+                       delta_channels: Sequence[str] = (),
+                       known_seeds: Sequence[str] = ()) -> Op[JsonObject]:
         """One checkpoint with its values and pending writes; the newest of the namespace
         when `checkpoint_id` is None. `items="digests"`: list values carry their items'
         digests only (see `get_checkpoint_items`). `delta_channels` (the newest only): their
-        delta history comes along, in `delta_history` (see `get_delta_history`). Raises
-        `NotFound`."""
+        delta history comes along, in `delta_history` (see `get_delta_history`, as for
+        `known_seeds`). Raises `NotFound`."""
         which = "latest" if checkpoint_id is None else segment(checkpoint_id)
         body: JsonObject = yield from self._core.json(Request(
             "GET", f"{_thread_path(thread_id)}/checkpoints/{which}",
             params=drop_none(checkpoint_ns=checkpoint_ns, items=items,
-                             delta_channel=list(delta_channels) or None)))
+                             delta_channel=list(delta_channels) or None,
+                             known_seed=list(known_seeds) or None)))
         return body
 
     @operation

@@ -144,6 +144,11 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         # (a write to the thread, or its deletion, drops it: it may be stale then).
         self._delta_channels: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._delta_ahead: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {}
+        # (thread name, namespace, channel) -> (digest, value) of the seed its delta history
+        # had last: named in the next read's `known_seed`, it is not sent again (a
+        # DeltaChannel's seed is the same from one snapshot to the next).
+        self._seeds: OrderedDict[tuple[str, str, str], tuple[str, dict[str, Any]]] = (
+            OrderedDict())
         self._lock = threading.Lock()
         self._pipe_: _Pipe | None = None
 
@@ -208,8 +213,9 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._known.pop(thread, None)
             self._delta_ahead.pop(thread, None)
-            for key in [key for key in self._lists if key[0] == thread]:
-                del self._lists[key]
+            for cache in (self._lists, self._seeds):
+                for key in [key for key in cache if key[0] == thread]:
+                    del cache[key]
 
     def _value(self, where: tuple[str, str, str], version: Any, value: Any, known: set[str],
                sent: _Sent) -> dict[str, Any]:
@@ -385,7 +391,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
             # items the cache lacks are fetched.
             body = yield from _Api.get_checkpoint.steps(
                 api, name, checkpoint_id, checkpoint_ns=ns,
-                items="data" if cold else "digests", delta_channels=delta)
+                items="data" if cold else "digests", delta_channels=delta,
+                known_seeds=self._known_seeds(name, ns, delta))
         except NotFound:
             return None
         if body.get("delta_history") is not None:
@@ -421,6 +428,36 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._cache_items(zip(digests, encoded))
         value["digests"], value["items"] = digests, None
         return digests
+
+    def _known_seeds(self, name: str, ns: str, channels: Sequence[str]) -> list[str]:
+        with self._lock:
+            return [self._seeds[key][0] for key in ((name, ns, channel) for channel in channels)
+                    if key in self._seeds]
+
+    def _held_seeds(self, name: str, ns: str, found: dict[str, dict[str, Any]]) -> list[str]:
+        """Puts the seeds `found` names by digest only (`seed: None` with a `seed_digest`)
+        in place from what this saver holds; the channels whose seed it no longer holds."""
+        lost = []
+        with self._lock:
+            for channel, history in found.items():
+                if history["seed"] is not None or history.get("seed_digest") is None:
+                    continue
+                held = self._seeds.get((name, ns, channel))
+                if held is not None and held[0] == history["seed_digest"]:
+                    history["seed"] = held[1]
+                else:
+                    lost.append(channel)
+        return lost
+
+    def _keep_seed(self, name: str, ns: str, channel: str, history: dict[str, Any]) -> None:
+        if history["seed"] is None or history.get("seed_digest") is None:
+            return
+        key = (name, ns, channel)
+        with self._lock:
+            self._seeds[key] = (history["seed_digest"], history["seed"])
+            self._seeds.move_to_end(key)
+            while len(self._seeds) > 4 * _KNOWN_THREADS:
+                self._seeds.popitem(last=False)
 
     def _list_page(self, api: _Api, listing: _Listing) -> Op[list[CheckpointTuple]]:
         """The next page of `listing` (marked done after the last one)."""
@@ -565,17 +602,24 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                 and all(channel in ahead[1] for channel in wanted)):
             # Read with the checkpoint, in its transaction: no request of its own.
             found, wanted = {channel: ahead[1][channel] for channel in wanted}, []
-        for start in range(0, len(wanted), _CHANNELS):
-            try:
-                body = yield from _Api.get_delta_history.steps(
-                    api, name, wanted[start:start + _CHANNELS], checkpoint_id,
-                    checkpoint_ns=ns, items="data" if first else "digests")
-            except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
-                return {channel: {"writes": []} for channel in channels}
-            found.update(body["channels"])
-        for history in found.values():
+        for known in (True, False):
+            for start in range(0, len(wanted), _CHANNELS):
+                part = wanted[start:start + _CHANNELS]
+                try:
+                    body = yield from _Api.get_delta_history.steps(
+                        api, name, part, checkpoint_id, checkpoint_ns=ns,
+                        items="data" if first else "digests",
+                        known_seeds=self._known_seeds(name, ns, part) if known else ())
+                except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
+                    return {channel: {"writes": []} for channel in channels}
+                found.update(body["channels"])
+            # A seed named by its digest only that this saver no longer holds (another call
+            # dropped it meanwhile) is asked for again, in full.
+            wanted = self._held_seeds(name, ns, found)
+        for channel, history in found.items():
             if history["seed"] is not None and history["seed"].get("items") is not None:
                 self._by_digest(history["seed"])  # the next read names them by digest
+            self._keep_seed(name, ns, channel, history)
         items = yield from self._fill(api, name, (
             h["seed"] for h in found.values() if h["seed"] is not None))
         out: dict[str, DeltaChannelHistory] = {}

@@ -45,19 +45,23 @@ async def api(app: FastAPI) -> AsyncIterator[AsyncAgentStateClient]:
 
 class Counting(httpx.AsyncBaseTransport):
     """The in-process app's ASGI transport, keeping each request's method, path, query and
-    body."""
+    body, and each answer's body."""
 
     def __init__(self, app: FastAPI) -> None:
         self.inner = httpx.ASGITransport(app=app)
         self.seen: list[str] = []
         self.queries: list[str] = []
         self.bodies: list[bytes] = []
+        self.answers: list[bytes] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.seen.append(f"{request.method} {request.url.path}")
         self.queries.append(request.url.query.decode())
         self.bodies.append(request.content)
-        return await self.inner.handle_async_request(request)
+        answer = await self.inner.handle_async_request(request)
+        self.answers.append(await answer.aread())
+        return httpx.Response(answer.status_code, headers=answer.headers,
+                              content=self.answers[-1], request=request)
 
 
 @pytest.fixture

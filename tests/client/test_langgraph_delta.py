@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -246,7 +247,8 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
     assert list(body["channels"]) == ["ch", "ch2"] and body["checkpoint_id"] == ids[2]
     assert [w["checkpoint_id"] for w in body["channels"]["ch"]["writes"]] == ids[:2]
     assert body["channels"]["ch"]["seed"]["type"] and body["channels"]["ch2"] == {
-        "writes": [], "seed": None}
+        "writes": [], "seed": None, "seed_digest": None}
+    assert re.fullmatch("[0-9a-f]{64}", body["channels"]["ch"]["seed_digest"])
     # A channel named twice is walked once; 32 channels (the most) in one walk, each its own.
     twice = await http.get(f"http://agentstate.test{base}/latest/delta-history",
                            params={"channel": ["ch2", "ch", "ch2", "ch"]})
@@ -255,7 +257,8 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
     wide = await http.get(f"http://agentstate.test{base}/latest/delta-history",
                           params={"channel": [f"c{n}" for n in range(31)] + ["ch"]})
     assert wide.status_code == 200, wide.text
-    assert wide.json()["channels"] == {**{f"c{n}": {"writes": [], "seed": None}
+    assert wide.json()["channels"] == {**{f"c{n}": {"writes": [], "seed": None,
+                                                    "seed_digest": None}
                                           for n in range(31)}, "ch": body["channels"]["ch"]}
     missing = await http.get(f"http://agentstate.test{base}/nope/delta-history",
                              params={"channel": "ch"})
@@ -285,4 +288,26 @@ async def test_http_answers(api: AsyncAgentStateClient, uid: str) -> None:
         assert refused.status_code == 422, (bad, refused.text)
         # The parameter by its name, also for one of its repeats.
         assert refused.json()["errors"][0]["parameter"] == "delta_channel", refused.text
+    # A seed the client names by its digest (`known_seed`) is not sent again: `seed` null,
+    # `seed_digest` the same, the writes as before; on both reads. Another digest, or a
+    # seed of another channel, changes nothing.
+    digest = body["channels"]["ch"]["seed_digest"]
+    other = "0" * 64
+    for path, params, key in (
+            ("/latest/delta-history", {"channel": ["ch", "ch2"]}, "channels"),
+            ("/latest", {"delta_channel": ["ch", "ch2"], "items": "digests"}, "delta_history")):
+        named = await http.get(f"http://agentstate.test{base}{path}",
+                               params={**params, "known_seed": [other, digest]})
+        assert named.status_code == 200, named.text
+        assert named.json()[key] == {
+            "ch": {**body["channels"]["ch"], "seed": None}, "ch2": body["channels"]["ch2"]}
+        unknown = await http.get(f"http://agentstate.test{base}{path}",
+                                 params={**params, "known_seed": other})
+        assert unknown.json()[key]["ch"]["seed"] is not None
+    for bad in ({"known_seed": digest[:-1]}, {"known_seed": digest.upper()},
+                {"known_seed": [other] * 33}):
+        refused = await http.get(f"http://agentstate.test{base}/latest/delta-history",
+                                 params={"channel": "ch", **bad})
+        assert refused.status_code == 422, (bad, refused.text)
+        assert refused.json()["errors"][0]["parameter"] == "known_seed", refused.text
     saver.close()

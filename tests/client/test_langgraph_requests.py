@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import operator
 import re
 from typing import Annotated, Any, TypedDict
 
+import httpx
 import pytest
+from agentstate_client import AsyncAgentStateClient
 from agentstate_client.errors import CheckpointExists
 from agentstate_client.langgraph import AgentStateSaver
+from fastapi import FastAPI
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import empty_checkpoint
@@ -73,6 +77,18 @@ async def test_requests_per_turn_are_few_and_flat(saver: AgentStateSaver, transp
         assert len(requests) <= 1 + history + (4 if delta else 3), requests
     with_latest = [query for query in transport.queries if "delta_channel" in query]
     assert len(with_latest) == (22 if delta else 0), transport.queries
+    # Between two snapshots the seed is the one the saver read last: named by its digest,
+    # it is not sent again (the answers above are still InMemorySaver's).
+    elided = [json.loads(answer)["delta_history"]["messages"]
+              for query, answer in zip(transport.queries, transport.answers, strict=True)
+              if "known_seed" in query]
+    assert len(elided) >= (10 if delta else 0), transport.queries
+    assert all(history["seed_digest"] in query
+               for history, query in zip(elided, (q for q in transport.queries
+                                                  if "known_seed" in q), strict=True)
+               if history["seed"] is None and history["seed_digest"] is not None)
+    assert any(history["seed"] is None and history["seed_digest"] for history in elided) \
+        == delta
     state = await ours.aget_state(config)
     assert len(state.values["messages"]) == 48
 
@@ -111,6 +127,50 @@ async def test_a_saver_resuming_a_thread_reads_it_in_one_request_and_sends_what_
     assert sent.count(b'"base_version"') >= 2, sent[:500]
     assert b"earlier question" not in b"".join(
         base64.b64decode(data) for data in re.findall(rb'"data":"([A-Za-z0-9+/=]*)"', sent))
+
+
+class DroppingSeeds(Counting):
+    """Drops the saver's held seeds while a request that names one is in flight, as another
+    call evicting them would."""
+
+    saver: AgentStateSaver
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if b"known_seed" in request.url.query:
+            self.saver._seeds.clear()
+        return await super().handle_async_request(request)
+
+
+async def test_a_seed_named_by_digest_but_no_longer_held_is_read_again(app: FastAPI,
+                                                                      uid: str) -> None:
+    """The server names a seed by its digest only because the saver said it held it; if the
+    saver dropped it meanwhile, it asks for that history again with the seed in full, and
+    answers what it answered the first time (and InMemorySaver's walk)."""
+    transport = DroppingSeeds(app)
+    async with AsyncAgentStateClient("http://agentstate.test", transport=transport) as api:
+        saver = transport.saver = AgentStateSaver(base_url="http://unused.invalid",
+                                                  async_client=api)
+        reference = InMemorySaver()
+        config = {"configurable": {"thread_id": f"dropped-{uid}"}}
+        for made in (chat(saver, True), chat(reference, True)):
+            for turn in range(5):
+                await made.ainvoke({"messages": [HumanMessage(f"question {turn}")]}, config)
+        newest = (await saver.aget_tuple(config)).config  # type: ignore[union-attr]
+        first = await saver.aget_delta_channel_history(config=newest, channels=["messages"])
+        assert first["messages"].get("seed"), first  # a snapshot lies behind it
+        transport.seen.clear()
+        transport.queries.clear()
+        again = await saver.aget_delta_channel_history(config=newest, channels=["messages"])
+        assert again == first
+        assert [seen.rsplit("/", 1)[-1] for seen in transport.seen] == [
+            "delta-history", "delta-history"], transport.seen
+        assert "known_seed" in transport.queries[0] and "known_seed" not in transport.queries[1]
+        theirs = (await reference.aget_tuple(config)).config  # type: ignore[union-attr]
+        expected = await reference.aget_delta_channel_history(config=theirs,
+                                                              channels=["messages"])
+        assert [(m.type, m.content) for m in again["messages"]["seed"].value] == [
+            (m.type, m.content) for m in expected["messages"]["seed"].value]
+        saver.close()
 
 
 async def test_each_call_returns_once_stored_and_refusals_stay_their_own(
