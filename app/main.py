@@ -30,6 +30,7 @@ from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
 from app.http.posture import install_posture
 from app.http.problems import install_handlers
+from app.http.routing import DomainRoute
 from app.http.tracing import install_tracing
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
@@ -106,6 +107,9 @@ def create_app(settings: Settings | None = None, *,
         docs_url=None,
         redoc_url=None,
     )
+    # Routes added to the application itself (not through a DomainRouter) may hold a unit of
+    # work too (app/http/dependencies.py).
+    app.router.route_class = DomainRoute
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.draining = False  # SIGTERM with AGENTSTATE_DRAIN_SECONDS (see _on_stop_signal)

@@ -13,9 +13,9 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import AgentName, ThreadId, json_object_param
 from app.http.preconditions import NOT_MODIFIED, conditional, with_etag
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 
-router = DomainRouter(tags=["agent states"], route_class=ParsedBodyRoute)
+router = DomainRouter(tags=["agent states"])
 
 STATE = "/v1/threads/{thread_id}/agents/{agent_name}/state"
 MERGE_PATCH = {"application/merge-patch+json": {

@@ -7,9 +7,9 @@ from app.batch.service import BatchService
 from app.http.dependencies import Writer
 from app.http.idempotency import IdempotencyDep, replayable
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 
-router = DomainRouter(prefix="/v1/batch", tags=["batch"], route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/batch", tags=["batch"])
 
 
 @router.post("", response_model=BatchOut, responses=responses(404, 409, 410, 412, 428),

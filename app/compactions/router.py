@@ -10,10 +10,9 @@ from app.http.idempotency import IdempotencyDep, created
 from app.http.pagination import Cursor, Limit, linked
 from app.http.params import CompactionId, ThreadId
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 
-router = DomainRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"],
-                      route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/threads/{thread_id}/compactions", tags=["compactions"])
 
 
 @router.post("", status_code=201, response_model=CompactionOut,

@@ -1,16 +1,20 @@
 """The request dependencies every router uses: settings, who is calling, and the unit of work.
 
-One transaction per request is opened and closed here and nowhere else. The write dependency
-writes the request's audit events and commits *before* the response is sent
-(`scope="function"`), so a failed commit becomes an error response and can never follow a 2xx.
-Services only execute statements.
+One transaction per request is opened and closed here and nowhere else. The units are plain
+dependencies: each enters its transaction on the exit stack the route keeps
+(`app.http.routing.DomainRoute`), which closes it when the handler has returned. The write
+unit then writes the request's audit events and commits *before* the response is sent, so a
+failed commit becomes an error response and can never follow a 2xx. Services only execute
+statements.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
 
+from anyio import CancelScope
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -27,7 +31,7 @@ from app.events.feed import Feed
 from app.events.repository import EventRepository
 from app.http.params import DeclaredHeader
 from app.http.preconditions import CONDITIONS, THREAD_IF_MATCH, VALIDATOR, read_preconditions
-from app.http.routing import PARSED_BODY
+from app.http.routing import PARSED_BODY, UNIT
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
 PRINCIPAL = "agentstate.principal"
@@ -172,43 +176,71 @@ def _unit(request: Request, connection: AsyncConnection, principal: Principal,
     return UnitOfWork(connection, principal, request.app.state.settings, preconditions)
 
 
+@asynccontextmanager
+async def _reading(request: Request, principal: Principal,
+                   pre: Preconditions) -> AsyncIterator[UnitOfWork]:
+    try:
+        async with request.app.state.db.read() as connection:
+            yield _unit(request, connection, principal, pre)
+    finally:
+        request_tenant.set(None)
+
+
+@asynccontextmanager
+async def _writing(request: Request, principal: Principal, pre: Preconditions, *,
+                   events: bool = True) -> AsyncIterator[UnitOfWork]:
+    try:
+        # An exception from the handler leaves the transaction uncommitted: rolled back.
+        async with request.app.state.db.write() as connection:
+            uow = _unit(request, connection, principal, pre)
+            yield uow
+            with CancelScope(shield=True):  # what is committed is answered
+                if events:
+                    await EventRepository(connection, principal.tenant_id).append(
+                        principal.actor, uow.events)
+                await connection.commit()
+    finally:
+        request_tenant.set(None)
+    if uow.events:
+        # Number the committed events and wake watchers (docs/events.md): coalesced per
+        # tenant and in the background, the response does not wait for it.
+        feed: Feed = request.app.state.feed
+        feed.written(principal.tenant_id)
+
+
+async def _open(request: Request, unit: AbstractAsyncContextManager[UnitOfWork]) -> UnitOfWork:
+    """Enter `unit` on the request's unit stack, which the route (`DomainRoute`) closes when
+    the handler has returned (a write commits there, before the response is sent)."""
+    stack: AsyncExitStack | None = request.scope.get(UNIT)
+    if stack is None:
+        raise RuntimeError(f"{request.scope['path']}: a unit of work needs the route class "
+                           "DomainRoute")
+    return await stack.enter_async_context(unit)
+
+
 # Each judges the caller first: looking a key up may take a connection of its own, and
 # requests holding theirs while they wait for it would empty the pool (50 first uses of one
 # key did).
 class _ReadUnit(_Key):
-    async def __call__(  # type: ignore[override]
-        self, request: Request,
-    ) -> AsyncIterator[UnitOfWork]:
+    async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         try:
             principal = _allowed(await _caller(request), "read")
             pre = read_preconditions(request, self.declared_headers)
-            async with request.app.state.db.read() as connection:
-                yield _unit(request, connection, principal, pre)
-        finally:
+        except BaseException:
             request_tenant.set(None)
+            raise
+        return await _open(request, _reading(request, principal, pre))
 
 
 class _WriteUnit(_Key):
-    async def __call__(  # type: ignore[override]
-        self, request: Request,
-    ) -> AsyncIterator[UnitOfWork]:
+    async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         try:
             principal = _allowed(await _caller(request), "write")
             pre = read_preconditions(request, self.declared_headers)
-            # An exception from the handler leaves the transaction uncommitted: rolled back.
-            async with request.app.state.db.write() as connection:
-                uow = _unit(request, connection, principal, pre)
-                yield uow
-                await EventRepository(connection, principal.tenant_id).append(principal.actor,
-                                                                              uow.events)
-                await connection.commit()
-        finally:
+        except BaseException:
             request_tenant.set(None)
-        if uow.events:
-            # Number the committed events and wake watchers (docs/events.md): coalesced per
-            # tenant and in the background, the response does not wait for it.
-            feed: Feed = request.app.state.feed
-            feed.written(principal.tenant_id)
+            raise
+        return await _open(request, _writing(request, principal, pre))
 
 
 _TRUE = ("1", "on", "t", "true", "y", "yes")  # what a `bool` query parameter reads as true
@@ -228,32 +260,25 @@ class _RefreshingUnit(_Key):
     `refresh_ttl`): then a write transaction, committed before the response (bookkeeping, no
     events), under the read scope; otherwise a read."""
 
-    async def __call__(  # type: ignore[override]
-        self, request: Request,
-    ) -> AsyncIterator[UnitOfWork]:
+    async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         try:
             principal = _allowed(await _caller(request), "read")
             pre = read_preconditions(request, self.declared_headers)
-            if not _asks_refresh(request):
-                async with request.app.state.db.read() as connection:
-                    yield _unit(request, connection, principal, pre)
-                return
-            async with request.app.state.db.write() as connection:
-                yield _unit(request, connection, principal, pre)
-                await connection.commit()
-        finally:
+        except BaseException:
             request_tenant.set(None)
+            raise
+        return await _open(request, _writing(request, principal, pre, events=False)
+                           if _asks_refresh(request) else _reading(request, principal, pre))
 
 
 # A Core connection inside, not an ORM Session: repositories run Core statements only, and
 # the Session's bookkeeping cost about 120 us a write (docs/PERFORMANCE.md).
-Reader = Annotated[UnitOfWork, Depends(_ReadUnit(), scope="function")]
-Writer = Annotated[UnitOfWork, Depends(_WriteUnit(), scope="function")]
-RefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(), scope="function")]
+Reader = Annotated[UnitOfWork, Depends(_ReadUnit())]
+Writer = Annotated[UnitOfWork, Depends(_WriteUnit())]
+RefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit())]
 # With `uow.preconditions`: GET of a revisioned resource (304, 412), writes to one (RFC 9110
 # section 13.2.2), writes to a thread's children (If-Match only, on the thread).
-ConditionalReader = Annotated[UnitOfWork, Depends(_ReadUnit(*VALIDATOR), scope="function")]
-ConditionalRefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(*VALIDATOR),
-                                                            scope="function")]
-ConditionalWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*CONDITIONS), scope="function")]
-IfMatchWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*THREAD_IF_MATCH), scope="function")]
+ConditionalReader = Annotated[UnitOfWork, Depends(_ReadUnit(*VALIDATOR))]
+ConditionalRefreshingReader = Annotated[UnitOfWork, Depends(_RefreshingUnit(*VALIDATOR))]
+ConditionalWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*CONDITIONS))]
+IfMatchWriter = Annotated[UnitOfWork, Depends(_WriteUnit(*THREAD_IF_MATCH))]

@@ -11,12 +11,11 @@ from app.http.pagination import Cursor, Limit, linked
 from app.http.params import ServerName
 from app.http.preconditions import NOT_MODIFIED, conditional, with_etag
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 from app.mcp_servers.schemas import McpServerOut, McpServerPatch, McpServerReplace
 from app.mcp_servers.service import McpServerService, server_path
 
-router = DomainRouter(prefix="/v1/mcp-servers", tags=["mcp servers"],
-                      route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/mcp-servers", tags=["mcp servers"])
 
 IncludeSecrets = Annotated[bool, Query(
     description="Return secret values in clear; needs the `secrets:read` scope (403 otherwise).")]

@@ -15,7 +15,7 @@ from app.http.pagination import Cursor, linked, linked_json
 from app.http.params import MessageId, ThreadId
 from app.http.preconditions import with_etag
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 from app.messages.schemas import (
     ROLE_MAX,
     AppendOut,
@@ -29,8 +29,7 @@ from app.messages.schemas import (
 )
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
-router = DomainRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"],
-                      route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"])
 
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
 
@@ -144,7 +143,7 @@ async def redact_message(thread_id: ThreadId, message_id: MessageId,
 
 
 # Reads that find a message by its id across the tenant's threads.
-lineage_router = DomainRouter(prefix="/v1/messages", tags=["messages"], route_class=ParsedBodyRoute)
+lineage_router = DomainRouter(prefix="/v1/messages", tags=["messages"])
 
 
 @lineage_router.get("/{message_id}/lineage", responses=responses(404, 409),

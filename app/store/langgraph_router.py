@@ -15,7 +15,7 @@ from fastapi import Query, Response
 
 from app.http.dependencies import ConditionalWriter, Reader, RefreshingReader
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 from app.store.langgraph_service import LangGraphStore
 from app.store.schemas import (
     LangGraphDelete,
@@ -27,7 +27,7 @@ from app.store.schemas import (
     SearchIn,
 )
 
-router = DomainRouter(prefix="/langgraph", tags=["store"], route_class=ParsedBodyRoute,
+router = DomainRouter(prefix="/langgraph", tags=["store"],
                       include_in_schema=False)
 ITEMS = "/store/items"
 

@@ -16,7 +16,7 @@ from app.http.dependencies import (
 from app.http.idempotency import IdempotencyDep
 from app.http.preconditions import NOT_MODIFIED, conditional, json_with_etag, model_json
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 from app.store.addressing import Addressing, item_path
 from app.store.schemas import (
     ItemOut,
@@ -29,7 +29,7 @@ from app.store.schemas import (
 )
 from app.store.service import StoreService, Written
 
-router = DomainRouter(tags=["store"], route_class=ParsedBodyRoute)
+router = DomainRouter(tags=["store"])
 
 ITEM = "/v1/store/items/{namespace:path}/{key}"
 _LABEL = r"[A-Za-z0-9_:@-][A-Za-z0-9._:@-]{0,254}"

@@ -18,7 +18,7 @@ from app.http.preconditions import (
     with_etag,
 )
 from app.http.problems import responses
-from app.http.routing import DomainRouter, ParsedBodyRoute
+from app.http.routing import DomainRouter
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
     ThreadCreate,
@@ -32,8 +32,7 @@ from app.threads.schemas import (
 )
 from app.threads.service import ThreadService
 
-router = DomainRouter(prefix="/v1/threads", tags=["threads"],
-                      route_class=ParsedBodyRoute)
+router = DomainRouter(prefix="/v1/threads", tags=["threads"])
 
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
 
