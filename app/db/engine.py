@@ -262,7 +262,10 @@ class Database:
         self._reads = (self.engine if self.engine.dialect.name == "sqlite" or settings.pooled
                        else self.engine.execution_options(isolation_level="AUTOCOMMIT"))
         # Begun by the first statement like any connection, but as BEGIN IMMEDIATE on SQLite.
-        self._writes = self.engine.execution_options(**{WRITE: True})
+        # On Postgres the engine itself: a derived engine's connections look their event
+        # listeners up through both engines', on every statement.
+        self._writes = (self.engine.execution_options(**{WRITE: True})
+                        if self.engine.dialect.name == "sqlite" else self.engine)
         # SQLite has one writer at a time anyway. Queueing this process's writers on an
         # asyncio lock (first come, first served) instead of SQLite's busy handler, which
         # sleeps and polls with growing back-off, keeps the write latency tail short; other
