@@ -208,6 +208,17 @@ async def _writing(request: Request, principal: Principal, pre: Preconditions, *
         feed.written(principal.tenant_id)
 
 
+async def _judged(request: Request, scope: str,
+                  headers: tuple[DeclaredHeader, ...]) -> tuple[Principal, Preconditions]:
+    """The caller, who must hold `scope`, and the precondition headers the route reads; the
+    tenant reset if either is refused (the unit resets it when it ends)."""
+    try:
+        return _allowed(await _caller(request), scope), read_preconditions(request, headers)
+    except BaseException:
+        request_tenant.set(None)
+        raise
+
+
 async def _open(request: Request, unit: AbstractAsyncContextManager[UnitOfWork]) -> UnitOfWork:
     """Enter `unit` on the request's unit stack, which the route (`DomainRoute`) closes when
     the handler has returned (a write commits there, before the response is sent)."""
@@ -223,23 +234,13 @@ async def _open(request: Request, unit: AbstractAsyncContextManager[UnitOfWork])
 # key did).
 class _ReadUnit(_Key):
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
-        try:
-            principal = _allowed(await _caller(request), "read")
-            pre = read_preconditions(request, self.declared_headers)
-        except BaseException:
-            request_tenant.set(None)
-            raise
+        principal, pre = await _judged(request, "read", self.declared_headers)
         return await _open(request, _reading(request, principal, pre))
 
 
 class _WriteUnit(_Key):
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
-        try:
-            principal = _allowed(await _caller(request), "write")
-            pre = read_preconditions(request, self.declared_headers)
-        except BaseException:
-            request_tenant.set(None)
-            raise
+        principal, pre = await _judged(request, "write", self.declared_headers)
         return await _open(request, _writing(request, principal, pre))
 
 
@@ -261,12 +262,7 @@ class _RefreshingUnit(_Key):
     events), under the read scope; otherwise a read."""
 
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
-        try:
-            principal = _allowed(await _caller(request), "read")
-            pre = read_preconditions(request, self.declared_headers)
-        except BaseException:
-            request_tenant.set(None)
-            raise
+        principal, pre = await _judged(request, "read", self.declared_headers)
         return await _open(request, _writing(request, principal, pre, events=False)
                            if _asks_refresh(request) else _reading(request, principal, pre))
 
