@@ -613,6 +613,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                 except NotFound:  # as BaseCheckpointSaver's walk: nothing to replay
                     return {channel: {"writes": []} for channel in channels}
                 found.update(body["channels"])
+                checkpoint_id = body["checkpoint_id"]  # the next reads walk from it too
             # A seed named by its digest only that this saver no longer holds (another call
             # dropped it meanwhile) is asked for again, in full.
             wanted = self._held_seeds(name, ns, found)
