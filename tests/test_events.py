@@ -10,8 +10,13 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
+from fastapi import FastAPI
+from sqlalchemy import text
 
-from tests.support import ServerProcess, bearer, create_key, drain, eventually
+from app.http.dependencies import Writer
+from app.threads.schemas import ThreadCreate
+from app.threads.service import ThreadService
+from tests.support import ServerProcess, bearer, create_key, drain, eventually, pg_connect
 
 pytestmark = pytest.mark.anyio
 
@@ -465,3 +470,45 @@ async def test_tenants_have_their_own_feeds_cursors_and_streams(
                 assert event["resource"] == "/v1/threads/x1/agents/r/state"
                 assert event["seq"] == 5, "A's fifth event; B's writes took none of A's seqs"
                 break
+
+
+@pytest.mark.postgres_only(reason="a constraint checked only at COMMIT (a deferred trigger)")
+async def test_a_commit_that_fails_is_the_answer_and_keeps_nothing(
+        app: FastAPI, client: httpx.AsyncClient, database_url: str, uid: str) -> None:
+    """A write unit commits when the handler has returned, before the response is sent
+    (`DomainRoute`): a commit that fails is the answer, never the handler's 2xx, and nothing
+    of the request is kept, its audit event included. A route added to the application
+    itself holds its unit the same way."""
+    probe = f"commit_probe_{uid}"
+    admin = await pg_connect(database_url)
+    try:
+        await admin.execute(f"""
+            CREATE TABLE {probe} (id int);
+            CREATE FUNCTION {probe}_refuse() RETURNS trigger LANGUAGE plpgsql AS
+              $$ BEGIN RAISE EXCEPTION 'refused at commit'; END $$;
+            CREATE CONSTRAINT TRIGGER {probe}_at_commit AFTER INSERT ON {probe}
+              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {probe}_refuse();""")
+
+        async def doomed(uow: Writer) -> dict[str, bool]:
+            await ThreadService(uow).create(ThreadCreate(thread_id=f"t-{uid}"))
+            await uow.connection.execute(text(f"INSERT INTO {probe} VALUES (1)"))
+            return {"handled": True}  # the statements succeeded; the commit will not
+
+        app.add_api_route(f"/v1/doomed-{uid}", doomed, methods=["POST"])
+        _, start = await drain(client)
+        answering = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+            base_url="http://agentstate.test")
+        async with answering:
+            answer = await answering.post(f"/v1/doomed-{uid}")
+        assert answer.status_code >= 500, answer.text
+        assert answer.headers["content-type"] == "application/problem+json"
+        assert "handled" not in answer.text and "refused" not in answer.text
+        assert (await client.get(f"/v1/threads/t-{uid}")).status_code == 404
+        events, _ = await drain(client, start)
+        assert [e for e in events if e["thread_id"] == f"t-{uid}"] == []
+        assert await admin.fetchval(f"SELECT count(*) FROM {probe}") == 0
+    finally:
+        await admin.execute(f"DROP TABLE IF EXISTS {probe}; "
+                            f"DROP FUNCTION IF EXISTS {probe}_refuse()")
+        await admin.close()
