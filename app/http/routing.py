@@ -50,12 +50,12 @@ class DomainRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
-        async def parsed_body_handler(request: Request) -> Response:
+        async def domain_handler(request: Request) -> Response:
             async with AsyncExitStack() as unit:
                 request.scope[UNIT] = unit
                 return await handler(ParsedRequest(request.scope, request.receive))
 
-        return parsed_body_handler
+        return domain_handler
 
 
 _NAMED_GROUP = re.compile(r"\(\?P<[^>]+>")
