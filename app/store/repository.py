@@ -158,6 +158,18 @@ class Scope:
             return list(self.conditions)
         return [*self.conditions, prefix_condition(self.prefix)]
 
+    @property
+    def under(self) -> tuple[str, str, str] | None:
+        """`_under` of the prefix (None without one)."""
+        return None if self.prefix is None else _under(self.prefix)
+
+    @property
+    def under_params(self) -> dict[str, str]:
+        """The values of `_PARAMETERS` for the prefix (none without one)."""
+        under = self.under
+        return {} if under is None else dict(zip(("s_prefix", "s_above", "s_below"), under,
+                                                 strict=True))
+
     def also(self, *conditions: Any) -> Scope:
         return Scope(self.prefix, (*self.conditions, *conditions), self.params, None)
 
@@ -446,22 +458,14 @@ class StoreRepository(RevisionedRepository):
     async def recent(self, scope: Scope, limit: int, offset: int) -> list[AnyRow]:
         """Matching items, most recently updated first (`_recent`)."""
         if scope.shape is None:
-            stmt = _recent(self.postgres, scope.conditions,
-                           None if scope.prefix is None else _under(scope.prefix), limit,
-                           offset, limit + offset)
+            stmt = _recent(self.postgres, scope.conditions, scope.under, limit, offset,
+                           limit + offset)
             params = scope.params
         else:
             stmt = _recent_shaped(self.postgres, scope.shape, scope.prefix is not None)
-            params = {**scope.params, **self._under_params(scope.prefix), "s_limit": limit,
+            params = {**scope.params, **scope.under_params, "s_limit": limit,
                       "s_offset": offset, "s_part": limit + offset}
         return list((await self.connection.execute(stmt, params)).all())
-
-    @staticmethod
-    def _under_params(prefix: str | None) -> dict[str, str]:
-        """The values of `_PARAMETERS` for the prefix (none without one)."""
-        if prefix is None:
-            return {}
-        return dict(zip(("s_prefix", "s_above", "s_below"), _under(prefix), strict=True))
 
     async def lexical(self, scope: Scope, words: Sequence[str],
                       limit: int) -> list[tuple[AnyRow, float]]:
@@ -475,14 +479,12 @@ class StoreRepository(RevisionedRepository):
         take the recency index and stop at the last one (docs/PERFORMANCE.md). Where the
         words are rare the planner reads the text index instead."""
         candidates = max(LEXICAL_CANDIDATES, limit)
-        params = {**scope.params, **self._under_params(scope.prefix)}
+        params = {**scope.params, **scope.under_params}
         params["s_words" if self.postgres else "fts_query"] = (
             " | ".join(f"'{word}'" for word in words) if self.postgres
             else " OR ".join(f'"{word}"' for word in words))
         if scope.shape is None:
-            stmt = _lexical(self.postgres, scope.conditions,
-                            None if scope.prefix is None else _under(scope.prefix),
-                            candidates, limit)
+            stmt = _lexical(self.postgres, scope.conditions, scope.under, candidates, limit)
         else:
             stmt = _lexical_shaped(self.postgres, scope.shape, scope.prefix is not None)
             params.update(s_candidates=candidates, s_limit=limit)
