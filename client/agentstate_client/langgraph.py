@@ -83,6 +83,7 @@ SNAPSHOT_LIST_TYPE = "agentstate.delta-snapshot.list"
 EMPTY_TYPE = "empty"  # a channel in new_versions that holds no value any more
 _PAGE = 100  # the server's largest page
 _KNOWN_THREADS = 256  # threads whose stored item digests the saver remembers
+_KEYS = 4 * _KNOWN_THREADS  # (thread, namespace, channel)s whose last list and seed it keeps
 _FETCH = 5000  # items asked for in one request
 _CHANNELS = 32  # channels of one delta history request
 _BATCH = 100  # saver calls stored by one request
@@ -248,10 +249,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         with self._lock:
             self._known.setdefault(thread, set()).update(sent.items)
             for where, last in sent.lists.items():
-                self._lists[where] = last
-                self._lists.move_to_end(where)
-            while len(self._lists) > 4 * _KNOWN_THREADS:
-                self._lists.popitem(last=False)
+                _keep_newest(self._lists, where, last)
 
     def _put_body(self, config: RunnableConfig, checkpoint: Checkpoint,
                   metadata: CheckpointMetadata, new_versions: ChannelVersions,
@@ -452,12 +450,9 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
     def _keep_seed(self, name: str, ns: str, channel: str, history: dict[str, Any]) -> None:
         if history["seed"] is None or history.get("seed_digest") is None:
             return
-        key = (name, ns, channel)
         with self._lock:
-            self._seeds[key] = (history["seed_digest"], history["seed"])
-            self._seeds.move_to_end(key)
-            while len(self._seeds) > 4 * _KNOWN_THREADS:
-                self._seeds.popitem(last=False)
+            _keep_newest(self._seeds, (name, ns, channel),
+                         (history["seed_digest"], history["seed"]))
 
     def _list_page(self, api: _Api, listing: _Listing) -> Op[list[CheckpointTuple]]:
         """The next page of `listing` (marked done after the last one)."""
@@ -795,6 +790,14 @@ class _Pipe:
                 raise
         finally:
             self.flushing.discard(name)
+
+
+def _keep_newest(cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    """Put `value` under `key` as the newest entry; the oldest go past `_KEYS` entries."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > _KEYS:
+        cache.popitem(last=False)
 
 
 def _settle(entry: _Entry, outcome: BaseException | None) -> None:
