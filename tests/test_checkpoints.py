@@ -294,6 +294,52 @@ async def test_a_batch_extends_and_names_what_it_stores_itself(
                      ("checkpoint.writes_added", ["c2", "writes"])], types
 
 
+async def test_one_checkpoint_written_by_many_at_once(
+        app: FastAPI, client: httpx.AsyncClient, uid: str, backend: str) -> None:
+    """Twenty writers send one checkpoint at once, each with a task's writes, into a thread
+    that exists (on Postgres each write is then one statement that commits by itself):
+    with the same content, one stores it and the others are replays, and every task's
+    writes are kept; with other content, one wins and the rest are 409s that store nothing,
+    not even their writes. One `checkpoint.created` event each time."""
+    import asyncio
+
+    base = f"/v1/threads/{uid}/checkpoints"
+    assert (await client.put(f"/v1/threads/{uid}", json={"state": {}})).status_code == 201
+    _, cursor = await drain(client, None, thread_id=uid)
+
+    def batch(cid: str, n: int, step: int) -> dict:
+        return {"checkpoints": [body(cid, {"a": step}, [value("a", step, b"A")], step=step)],
+                "writes": [{"checkpoint_id": cid, "task_id": f"task-{n}", "writes": [
+                    {"idx": 0, "channel": "a", "type": "bytes", "data": b64(f"{n}".encode())}]}]}
+
+    with statements(app) as heard:
+        same = await asyncio.gather(*(client.post(f"{base}/batch", json=batch("c1", n, 1))
+                                      for n in range(20)))
+    assert [r.status_code for r in same] == [200] * 20, [r.text for r in same]
+    assert sorted(r.json()["checkpoints"][0]["replayed"] for r in same) == [False] + [True] * 19
+    got = (await client.get(f"{base}/c1")).json()
+    assert sorted(w["task_id"] for w in got["pending_writes"]) == sorted(
+        f"task-{n}" for n in range(20))
+    if backend == "postgres":  # the winner's write was one statement, run alone
+        alone = [s.sql for s in heard if "live_thread" in s.sql]
+        assert len(alone) == 20 and all("INSERT INTO checkpoints" in sql for sql in alone)
+
+    other = await asyncio.gather(*(client.post(f"{base}/batch", json=batch("c2", n, 2 + n))
+                                   for n in range(20)))
+    codes = sorted(r.status_code for r in other)
+    assert codes == [200] + [409] * 19, codes
+    winner = next(n for n, r in enumerate(other) if r.status_code == 200)
+    got = (await client.get(f"{base}/c2")).json()
+    assert got["metadata"]["step"] == 2 + winner
+    assert [w["task_id"] for w in got["pending_writes"]] == [f"task-{winner}"]
+
+    events, _ = await drain(client, cursor, thread_id=uid)
+    created = [e["resource"].rsplit("/", 1)[-1] for e in events
+               if e["type"] == "checkpoint.created"]
+    assert created == ["c1", "c2"], created
+    assert sum(e["type"] == "checkpoint.writes_added" for e in events) == 20 + 1
+
+
 async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
     base = f"/v1/threads/{uid}/checkpoints"
     cases = [

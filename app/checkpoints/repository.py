@@ -171,28 +171,66 @@ _ROWS = {"items": ("digest", "type", "data"),
                     "task_path")}
 
 
-@cache
-def _insert_all() -> Any:
-    """Postgres: a thread's new items, values and pending writes in one statement, each
-    table's rows as arrays (one per column) through `unnest`, repeats ignored: one round
-    trip where three `executemany`s took three."""
+def _stored_rows(pk: Any, *source: Any) -> list[Any]:
+    """The CTEs that insert a thread's new items, values and pending writes (each table's
+    rows as arrays, one per column, through `unnest`; repeats ignored) and the change's
+    audit events, for the thread `pk`: one row of each is stored per row of `source` (the
+    CTEs `pk` comes from; none: `pk` is a parameter)."""
     parts = []
+    tenant = bindparam("tenant", type_=Name)
     for name, columns in _ROWS.items():
         tbl, key = _KEYS[name]
         rows = _arrays(name, tbl, columns)
         parts.append(postgresql.insert(tbl).from_select(
             ["tenant_id", "thread_pk", *columns],
-            select(bindparam("tenant", type_=Name), bindparam("pk", type_=BigInteger),
-                   *(rows.c[f"{name}_{column}"] for column in columns)))
+            select(tenant, pk, *(rows.c[f"{name}_{column}"] for column in columns))
+            .select_from(*source, rows))
             .on_conflict_do_nothing(index_elements=key).cte(f"new_{name}"))
     # The audit events, in their order: ids are drawn in the order of the SELECT's rows.
     queued = _arrays("events", e, _EVENT_COLUMNS, with_ordinality="n")
     parts.append(written_by(
-        select(bindparam("tenant", type_=Name), bindparam("actor", type_=Name),
-               queued.c.events_type, queued.c.events_resource, cast(null(), e.c.revision.type),
+        select(tenant, bindparam("actor", type_=Name), queued.c.events_type,
+               queued.c.events_resource, cast(null(), e.c.revision.type),
                queued.c.events_thread_id, bindparam("at", type_=e.c.at.type))
-        .order_by(queued.c.n)).cte("new_events"))
-    return select(_const("1")).add_cte(*parts)
+        .select_from(*source, queued).order_by(queued.c.n)).cte("new_events"))
+    return parts
+
+
+@cache
+def _insert_all() -> Any:
+    """Postgres: a thread's new items, values and pending writes in one statement, with the
+    change's audit events: one round trip where three `executemany`s took three."""
+    return select(_const("1")).add_cte(*_stored_rows(bindparam("pk", type_=BigInteger)))
+
+
+@cache
+def _store_alone(checkpoint: bool) -> Any:
+    """Postgres: a whole checkpoint write as one statement, to run alone (it commits by
+    itself). The live thread `thread` is held FOR KEY SHARE (as `ThreadAggregate
+    .for_child_write` holds it); with `checkpoint`, the thread's values lock is taken shared
+    and the checkpoint row inserted (`_insert_checkpoint`'s parameters), and the rows of
+    `_insert_all` are stored from that insert: so nothing at all is stored if the thread is
+    not live or the checkpoint's key is taken. One row: the thread's key and the new
+    checkpoint's columns (None if it was not stored); no row if the thread is not live."""
+    tenant = bindparam("tenant", type_=Name)
+    thread = (select(t.c.id).where(t.c.tenant_id == tenant,
+                                   t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
+              .with_for_update(read=True, key_share=True).cte("live_thread"))
+    if not checkpoint:
+        return select(thread.c.id.label("pk")).add_cte(*_stored_rows(thread.c.id, thread))
+    lock = select(func.pg_advisory_xact_lock_shared(
+        _const(str(_LOCK_NAMESPACE)), cast(thread.c.id % 2**31, Integer)).label("held"),
+        thread.c.id).cte("values_lock")
+    values = [tenant, lock.c.id, *(bindparam(f"v_{name}", type_=c.c[name].type)
+                                   for name in _INSERTED[2:])]
+    new = (postgresql.insert(c).from_select(list(_INSERTED), select(*values).select_from(lock))
+           .on_conflict_do_nothing(index_elements=["thread_pk", "checkpoint_ns", "checkpoint_id"])
+           .returning(c.c.thread_pk, c.c.checkpoint_ns, c.c.checkpoint_id,
+                      c.c.parent_checkpoint_id, c.c.created_at).cte("new_checkpoint"))
+    return (select(thread.c.id.label("pk"), new.c.checkpoint_ns, new.c.checkpoint_id,
+                   new.c.parent_checkpoint_id, new.c.created_at)
+            .select_from(thread.outerjoin(new, true()))
+            .add_cte(*_stored_rows(new.c.thread_pk, new)))
 
 
 _KEYS = {"blobs": (b, ["thread_pk", "checkpoint_ns", "channel", "version"]),
@@ -505,14 +543,34 @@ class CheckpointRepository:
             return
         if not any(tables.values()) and not events:
             return
-        params: dict[str, Any] = {"tenant": self.tenant_id, "pk": thread_pk, "actor": actor,
-                                  "at": utcnow()}
+        await direct.execute(self.connection, _insert_all(),
+                             {"pk": thread_pk, **self._arrays(tables, events, actor)})
+
+    async def store_alone(self, thread_id: str, checkpoint: dict[str, Any] | None,
+                          items: list[dict[str, Any]], blobs: list[dict[str, Any]],
+                          writes: list[dict[str, Any]], events: Sequence[PendingEvent],
+                          actor: str) -> AnyRow | None:
+        """Postgres: `_store_alone`, the checkpoint row (without tenant_id and thread_pk;
+        None: writes only) and what `insert_all` stores, for the live thread `thread_id`.
+        Its row (None if the thread is not live)."""
+        params = {"thread": thread_id, **self._arrays(
+            {"items": items, "blobs": blobs, "writes": writes}, events, actor)}
+        if checkpoint is not None:
+            params.update({f"v_{name}": checkpoint[name] for name in _INSERTED[2:]})
+        found: AnyRow | None = await direct.first(
+            self.connection, _store_alone(checkpoint is not None), params)
+        return found
+
+    def _arrays(self, tables: dict[str, list[dict[str, Any]]], events: Sequence[PendingEvent],
+                actor: str) -> dict[str, Any]:
+        """The parameters of `_stored_rows`: each table's rows as one list per column."""
+        params: dict[str, Any] = {"tenant": self.tenant_id, "actor": actor, "at": utcnow()}
         for name, rows in tables.items():
             for column in _ROWS[name]:
                 params[f"{name}_{column}"] = [row[column] for row in rows]
         for column in _EVENT_COLUMNS:
             params[f"events_{column}"] = [getattr(event, column) for event in events]
-        await direct.execute(self.connection, _insert_all(), params)
+        return params
 
     async def delete_checkpoints(self, thread_pk: int, rows: Sequence[AnyRow]) -> None:
         """Delete checkpoints (rows with id, checkpoint_ns, checkpoint_id) and their writes."""

@@ -92,6 +92,23 @@ def _channel_versions(checkpoint: dict[str, Any]) -> dict[str, str]:
     return {channel: version_key(v) for channel, v in versions.items()}
 
 
+def _checkpoint_row(body: CheckpointIn) -> dict[str, Any]:
+    """The checkpoint row of `body`, without its tenant and thread."""
+    return {"checkpoint_ns": body.checkpoint_ns, "checkpoint_id": body.checkpoint_id,
+            "parent_checkpoint_id": body.parent_checkpoint_id, "checkpoint": body.checkpoint,
+            "metadata": body.metadata, "content_hash": _content_hash(body),
+            "created_at": utcnow(),
+            "run_id": run_id if isinstance(run_id := body.metadata.get("run_id"), str)
+            and len(run_id) <= 255 else None}
+
+
+def _reads_stored(body: CheckpointIn) -> bool:
+    """Whether storing `body` reads the thread's stored values: a list that extends a stored
+    one (`base_version`), or items named by their digest only."""
+    return any(value.items is not None and (value.base_version is not None or any(
+        item.digest is not None for item in value.items)) for value in body.values)
+
+
 @dataclass
 class _New:
     """What a write request stores besides checkpoint rows, gathered as its checkpoints and
@@ -134,6 +151,9 @@ class CheckpointService:
                      pre: Preconditions) -> tuple[CheckpointRef, bool]:
         """Store a checkpoint and the values it adds; (its key, whether it was a replay)."""
         _channel_versions(body.checkpoint)
+        alone = await self._alone(thread_id, [body], [], pre)
+        if alone is not None:
+            return alone[0], False
         thread = await self._writable(thread_id, pre)
         new = _New(since=len(self.uow.events))
         created = await self._create(thread.id, thread_id, body, new)
@@ -152,6 +172,12 @@ class CheckpointService:
                     {**e, "pointer": f"/checkpoints/{index}{e['pointer']}"}
                     for e in error.extra["errors"]]
                 raise
+        writes = sum(len(w.writes) for w in body.writes)
+        alone = await self._alone(thread_id, body.checkpoints, body.writes, pre)
+        if alone is not None:
+            return CheckpointBatchOut(checkpoints=[
+                CheckpointBatchRef(**ref.model_dump(), replayed=False) for ref in alone],
+                writes=writes)
         thread = await self._writable(thread_id, pre)
         new, refs = _New(since=len(self.uow.events)), []
         for checkpoint in body.checkpoints:
@@ -159,7 +185,37 @@ class CheckpointService:
             refs.append(CheckpointBatchRef(**ref.model_dump(), replayed=replayed))
         self._store_writes(thread_id, body.writes, new)
         await self._insert(thread.id, new)
-        return CheckpointBatchOut(checkpoints=refs, writes=sum(len(w.writes) for w in body.writes))
+        return CheckpointBatchOut(checkpoints=refs, writes=writes)
+
+    async def _alone(self, thread_id: str, checkpoints: list[CheckpointIn],
+                     tasks: list[TaskWritesIn], pre: Preconditions) -> list[CheckpointRef] | None:
+        """The write as one statement that commits by itself (`UnitOfWork.autocommit`,
+        `CheckpointRepository.store_alone`: one round trip where the transaction takes
+        five), when it needs nothing read first: at most one checkpoint, no If-Match, no
+        value that extends a stored list or names stored items. The new checkpoints' keys;
+        None if it stored nothing (the thread is not live, or the checkpoint's key is
+        taken) or cannot run so: then the transaction does the write, and gives its answer
+        (the thread created, 404, 410, a replay, 409)."""
+        if (len(checkpoints) > 1 or pre.expected_revisions() is not None
+                or any(_reads_stored(body) for body in checkpoints)
+                or not await self.uow.autocommit()):
+            return None
+        new = _New(since=len(self.uow.events))
+        row = None
+        for body in checkpoints:
+            await self._store_values(None, body, new)
+            row = _checkpoint_row(body)
+            self._record("created", thread_id,
+                         f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
+        self._store_writes(thread_id, tasks, new)
+        found = await self.repo.store_alone(
+            thread_id, row, list(new.items.values()), list(new.blobs.values()), new.writes,
+            self.uow.hand_over(new.since), self.uow.principal.actor)
+        if found is None or (row is not None and found.checkpoint_id is None):
+            del self.uow.events[new.since:]
+            await self.uow.transactional()
+            return None
+        return [self._ref(thread_id, found)] if row is not None else []
 
     async def _insert(self, thread_pk: int, new: _New) -> None:
         """What `new` gathered, with the events recorded since (on Postgres, one statement)."""
@@ -169,21 +225,14 @@ class CheckpointService:
 
     async def _create(self, thread_pk: int, thread_id: str, body: CheckpointIn,
                       new: _New) -> tuple[CheckpointRef, bool]:
-        digest = _content_hash(body)
+        values = _checkpoint_row(body)
         # The checkpoint row first: a replay or a conflict is known before any value is
         # written, without a read of its own in the common case.
-        row = await self.repo.insert({
-            "thread_pk": thread_pk, "checkpoint_ns": body.checkpoint_ns,
-            "checkpoint_id": body.checkpoint_id,
-            "parent_checkpoint_id": body.parent_checkpoint_id, "checkpoint": body.checkpoint,
-            "metadata": body.metadata, "content_hash": digest, "created_at": utcnow(),
-            "run_id": run_id if isinstance(run_id := body.metadata.get("run_id"), str)
-            and len(run_id) <= 255 else None,
-        })
+        row = await self.repo.insert({"thread_pk": thread_pk, **values})
         if row is None:  # stored before (or by a concurrent create)
             existing = await self.repo.get(thread_pk, body.checkpoint_ns, body.checkpoint_id)
             assert existing is not None
-            return self._replayed(thread_id, existing, digest), True
+            return self._replayed(thread_id, existing, values["content_hash"]), True
         # A no-op on Postgres, where the insert took it; SQLite serialises writers.
         await self.repo.lock_values(thread_pk, exclusive=False)
         await self._store_values(thread_pk, body, new)
@@ -206,9 +255,10 @@ class CheckpointService:
                              parent_checkpoint_id=row.parent_checkpoint_id,
                              created_at=row.created_at)
 
-    async def _store_values(self, thread_pk: int, body: CheckpointIn, new: _New) -> None:
+    async def _store_values(self, thread_pk: int | None, body: CheckpointIn, new: _New) -> None:
         """Gather the values `body` adds into `new` (their lists' items and chunks too: an
-        item is named by its content's digest, so a repeat is the same row)."""
+        item is named by its content's digest, so a repeat is the same row). The thread's
+        stored values are read only for what `_reads_stored` names (None: `body` has none)."""
         blobs: list[dict[str, Any]] = []
         referenced: set[bytes] = set()
         for value in body.values:
@@ -228,6 +278,7 @@ class CheckpointService:
                     digests.append(key)
                 chunks: list[bytes] = []
                 if value.base_version is not None:
+                    assert thread_pk is not None
                     # The stored list at base_version, then these items: its full chunks are
                     # kept as they are, its last one is continued.
                     chunks, tail = await self._base(thread_pk, body.checkpoint_ns,
@@ -242,6 +293,7 @@ class CheckpointService:
             blobs.append(row)
         referenced -= new.items.keys()
         if referenced:
+            assert thread_pk is not None
             missing = referenced - await self.repo.held_digests(thread_pk, list(referenced))
             if missing:
                 raise CheckpointItemsMissing(
@@ -285,10 +337,12 @@ class CheckpointService:
         The checkpoint need not be stored yet: graph runtimes save checkpoints in the
         background (LangGraph's default durability), so a task's writes may arrive first.
         They are read with the checkpoint once it is there, and deleted with it."""
+        task = TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))
+        if await self._alone(thread_id, [], [task], pre) is not None:
+            return len(body.writes)
         thread = await self._writable(thread_id, pre)
         new = _New(since=len(self.uow.events))
-        self._store_writes(thread_id, [TaskWritesIn(checkpoint_id=checkpoint_id, **dict(body))],
-                           new)
+        self._store_writes(thread_id, [task], new)
         await self._insert(thread.id, new)
         return len(body.writes)
 

@@ -50,6 +50,25 @@ class UnitOfWork:
         """Queue one audit event: it is written in this unit's transaction, or not at all."""
         self.events.append(PendingEvent(type, resource, revision, thread_id))
 
+    async def autocommit(self) -> bool:
+        """Before the unit's first statement and event: let its one statement, which
+        writes its own events (`hand_over`), commit by itself, with no BEGIN and COMMIT (a
+        round trip each). Postgres only, and not through a transaction pooler (there the
+        statement timeout is set per transaction). False where it cannot be. The unit runs
+        no other statement after that one, unless it calls `transactional` first."""
+        if (self.connection.dialect.name != "postgresql" or self.settings.pooled
+                or self.events or self.connection.in_transaction()):
+            return False
+        await self.connection.execution_options(isolation_level="AUTOCOMMIT")
+        return True
+
+    async def transactional(self) -> None:
+        """Back from `autocommit`, after a statement that stored nothing: the next statement
+        begins the unit's transaction."""
+        await self.connection.rollback()  # SQLAlchemy's record of it; nothing to undo
+        await self.connection.execution_options(
+            isolation_level=self.connection.default_isolation_level)
+
     def hand_over(self, since: int) -> list[PendingEvent]:
         """The events queued from index `since` on, for the change's own statement to write
         (marked `stored`, so `append` does not write them again); none if an event queued
