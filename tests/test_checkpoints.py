@@ -396,6 +396,56 @@ async def test_prunes_racing_saves_never_lose_a_value(client: httpx.AsyncClient,
         assert base64.b64decode(got["x"]["data"]) == b"x"
 
 
+@pytest.mark.postgres_only(reason="the values lock is a Postgres advisory lock")
+@pytest.mark.parametrize("refers", ["extends", "names"])
+async def test_values_collected_while_a_save_that_refers_to_them_waits_are_refused(
+        client: httpx.AsyncClient, database_url: str, uid: str, refers: str) -> None:
+    """A save that extends a stored list (which it reads first) or names stored items by
+    digest waits for the values lock while a collection holds it; the collection deletes
+    the thread's values and items and commits. The save must then store nothing and answer
+    409, not a checkpoint whose value names deleted items (the list's first chunk, which
+    the save would only refer to; the items it names)."""
+    import asyncio
+
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [b64(f"entry {n}".encode()) for n in range(70)]  # a full chunk and 6 more
+    assert (await client.post(base, json=body("c1", {"log": 1}, [
+        {"channel": "log", "version": 1, "type": "list",
+         "items": [{"type": "bytes", "data": m} for m in log]}]))).status_code == 201
+    collector = await pg_connect(database_url)
+    try:
+        pk = await collector.fetchval("SELECT id FROM threads WHERE thread_id = $1", uid)
+        transaction = collector.transaction()
+        await transaction.start()
+        await collector.execute("SELECT pg_advisory_xact_lock($1, $2)", 0x61676370, pk % 2**31)
+        more = [{"type": "bytes", "data": b64(b"one more")}]
+        value = ({"channel": "log", "version": 2, "base_version": 1, "type": "list",
+                  "items": more} if refers == "extends" else
+                 {"channel": "log", "version": 2, "type": "list", "items": [
+                     {"digest": digest("bytes", base64.b64decode(m))} for m in log] + more})
+        save = asyncio.create_task(client.post(base, json=body("c2", {"log": 2}, [value],
+                                                               parent="c1")))
+        for _ in range(200):  # until the save waits for the lock
+            if await collector.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' "
+                    "AND datname = current_database()"):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the save never waited for the values lock")
+        for table in ("checkpoint_writes", "checkpoint_items", "checkpoint_blobs",
+                      "checkpoints"):
+            await collector.execute(f"DELETE FROM {table} WHERE thread_pk = $1", pk)
+        await transaction.commit()
+        answer = await save
+    finally:
+        await collector.close()
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["code"] == "checkpoint_items_missing"
+    assert (await client.get(f"{base}/c2")).status_code == 404
+    assert (await client.get(base)).json()["data"] == []
+
+
 async def test_reads_by_digest_and_items_fetched_apart(client: httpx.AsyncClient,
                                                        uid: str) -> None:
     base = f"/v1/threads/{uid}/checkpoints"

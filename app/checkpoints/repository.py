@@ -207,11 +207,14 @@ def _insert_all() -> Any:
 def _store_alone(checkpoint: bool) -> Any:
     """Postgres: a whole checkpoint write as one statement, to run alone (it commits by
     itself). The live thread `thread` is held FOR KEY SHARE (as `ThreadAggregate
-    .for_child_write` holds it); with `checkpoint`, the thread's values lock is taken shared
-    and the checkpoint row inserted (`_insert_checkpoint`'s parameters), and the rows of
-    `_insert_all` are stored from that insert: so nothing at all is stored if the thread is
-    not live or the checkpoint's key is taken. One row: the thread's key and the new
-    checkpoint's columns (None if it was not stored); no row if the thread is not live."""
+    .for_child_write` holds it); with `checkpoint`, the thread's values lock is taken shared,
+    the stored values the checkpoint refers to are held (`base_*`: the lists it extends, with
+    the chunk digests read for them; `named`: the items it names by digest), and the
+    checkpoint row is inserted (`_insert_checkpoint`'s parameters) if all of them are there;
+    the rows of `_insert_all` are stored from that insert. So nothing at all is stored if the
+    thread is not live, a value referred to is gone or changed, or the checkpoint's key is
+    taken. One row: the thread's key and the new checkpoint's columns (None if it was not
+    stored); no row if the thread is not live."""
     tenant = bindparam("tenant", type_=Name)
     thread = (select(t.c.id).where(t.c.tenant_id == tenant,
                                    t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
@@ -221,9 +224,29 @@ def _store_alone(checkpoint: bool) -> Any:
     lock = select(func.pg_advisory_xact_lock_shared(
         _const(str(_LOCK_NAMESPACE)), cast(thread.c.id % 2**31, Integer)).label("held"),
         thread.c.id).cte("values_lock")
+    # What the write refers to, held against deletion once the lock is: the lists it extends
+    # (with the chunks read for them) and the items it names by digest. Locking reads see
+    # what a collection that committed while the lock was awaited left, which the
+    # statement's snapshot, taken before, does not.
+    bases = _unnest({"base_nss": Text, "base_channels": Text, "base_versions": Text,
+                     "base_items": LargeBinary})
+    held_bases = (select(b.c.version).select_from(lock, b, bases).where(
+        b.c.tenant_id == tenant, b.c.thread_pk == lock.c.id,
+        b.c.checkpoint_ns == bases.c.base_nss, b.c.channel == bases.c.base_channels,
+        b.c.version == bases.c.base_versions, b.c["items"] == bases.c.base_items)
+        .with_for_update(read=True, key_share=True, of=b).cte("held_bases"))
+    named = _unnest({"named": LargeBinary})
+    held_items = (select(i.c.digest).select_from(lock, i, named).where(
+        i.c.tenant_id == tenant, i.c.thread_pk == lock.c.id, i.c.digest == named.c.named)
+        .with_for_update(read=True, key_share=True, of=i).cte("held_items"))
     values = [tenant, lock.c.id, *(bindparam(f"v_{name}", type_=c.c[name].type)
                                    for name in _INSERTED[2:])]
-    new = (postgresql.insert(c).from_select(list(_INSERTED), select(*values).select_from(lock))
+    held = and_(select(func.count()).select_from(held_bases).scalar_subquery()
+                == func.cardinality(bindparam("base_versions", type_=ARRAY(Text))),
+                select(func.count()).select_from(held_items).scalar_subquery()
+                == func.cardinality(bindparam("named", type_=ARRAY(LargeBinary))))
+    new = (postgresql.insert(c).from_select(list(_INSERTED),
+                                            select(*values).select_from(lock).where(held))
            .on_conflict_do_nothing(index_elements=["thread_pk", "checkpoint_ns", "checkpoint_id"])
            .returning(c.c.thread_pk, c.c.checkpoint_ns, c.c.checkpoint_id,
                       c.c.parent_checkpoint_id, c.c.created_at).cte("new_checkpoint"))
@@ -257,15 +280,20 @@ def _latest_of_live(postgres: bool) -> Any:
 
 
 @cache
-def _list_value() -> Any:
+def _list_value(by_thread_id: bool) -> Any:
     """A list value's chunk digests and the data of its last chunk, found by its key (a
-    correlated lookup, so by the items' whole key)."""
+    correlated lookup, so by the items' whole key); the thread by its key `pk`, or with
+    `by_thread_id` the live thread `thread`."""
     last = (select(i.c.data).where(
         i.c.tenant_id == b.c.tenant_id, i.c.thread_pk == b.c.thread_pk,
         i.c.digest == func.substr(b.c["items"], func.length(b.c["items"]) - 15, 16))
         .scalar_subquery())
+    tenant = bindparam("tenant", type_=Name)
+    pk = (select(t.c.id).where(t.c.tenant_id == tenant, t.c.thread_id == bindparam("thread"),
+                               t.c.deleted_at.is_(None)).scalar_subquery()
+          if by_thread_id else bindparam("pk"))
     return (select(b.c["items"], last.label("last"))
-            .where(b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
+            .where(b.c.tenant_id == tenant, b.c.thread_pk == pk,
                    b.c.checkpoint_ns == bindparam("ns"), b.c.channel == bindparam("channel"),
                    b.c.version == bindparam("version")))
 
@@ -445,13 +473,15 @@ class CheckpointRepository:
                                 .in_(list(chunk))))).all())
         return rows
 
-    async def list_value(self, thread_pk: int, ns: str, channel: str,
+    async def list_value(self, thread: int | str, ns: str, channel: str,
                          version: str) -> AnyRow | None:
         """A stored value's `items` (its chunks' digests) with `last`, the data of its last
-        chunk (None if that chunk is not stored), in one statement; None if no such value."""
-        found: AnyRow | None = await direct.first(self.connection, _list_value(), {
-            "tenant": self.tenant_id, "pk": thread_pk, "ns": ns, "channel": channel,
-            "version": version})
+        chunk (None if that chunk is not stored), in one statement; None if no such value.
+        The thread by its key, or by its id (live only)."""
+        by_id = isinstance(thread, str)
+        found: AnyRow | None = await direct.first(self.connection, _list_value(by_id), {
+            "tenant": self.tenant_id, "thread" if by_id else "pk": thread, "ns": ns,
+            "channel": channel, "version": version})
         return found
 
     async def items(self, thread_pk: int, digests: Sequence[bytes]) -> list[AnyRow]:
@@ -549,14 +579,21 @@ class CheckpointRepository:
     async def store_alone(self, thread_id: str, checkpoint: dict[str, Any] | None,
                           items: list[dict[str, Any]], blobs: list[dict[str, Any]],
                           writes: list[dict[str, Any]], events: Sequence[PendingEvent],
-                          actor: str) -> AnyRow | None:
+                          actor: str, bases: Sequence[tuple[str, str, str, bytes]] = (),
+                          named: Iterable[bytes] = ()) -> AnyRow | None:
         """Postgres: `_store_alone`, the checkpoint row (without tenant_id and thread_pk;
-        None: writes only) and what `insert_all` stores, for the live thread `thread_id`.
-        Its row (None if the thread is not live)."""
+        None: writes only) and what `insert_all` stores, for the live thread `thread_id`,
+        if the lists `bases` ((namespace, channel, version, chunk digests)) and the items
+        `named` are stored. Its row (None if the thread is not live)."""
         params = {"thread": thread_id, **self._arrays(
             {"items": items, "blobs": blobs, "writes": writes}, events, actor)}
         if checkpoint is not None:
             params.update({f"v_{name}": checkpoint[name] for name in _INSERTED[2:]})
+            for column, values in zip(("nss", "channels", "versions", "items"),
+                                      zip(*bases, strict=True) if bases else ((),) * 4,
+                                      strict=True):
+                params[f"base_{column}"] = list(values)
+            params["named"] = list(named)
         found: AnyRow | None = await direct.first(
             self.connection, _store_alone(checkpoint is not None), params)
         return found

@@ -102,13 +102,6 @@ def _checkpoint_row(body: CheckpointIn) -> dict[str, Any]:
             and len(run_id) <= 255 else None}
 
 
-def _reads_stored(body: CheckpointIn) -> bool:
-    """Whether storing `body` reads the thread's stored values: a list that extends a stored
-    one (`base_version`), or items named by their digest only."""
-    return any(value.items is not None and (value.base_version is not None or any(
-        item.digest is not None for item in value.items)) for value in body.values)
-
-
 @dataclass
 class _New:
     """What a write request stores besides checkpoint rows, gathered as its checkpoints and
@@ -119,6 +112,8 @@ class _New:
     items: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     blobs: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     writes: list[dict[str, Any]] = field(default_factory=list)
+    # The stored lists its values extend: (namespace, channel, version, chunk digests read).
+    bases: list[tuple[str, str, str, bytes]] = field(default_factory=list)
 
 
 def _split(items: bytes | None) -> list[bytes]:
@@ -191,26 +186,30 @@ class CheckpointService:
                      tasks: list[TaskWritesIn], pre: Preconditions) -> list[CheckpointRef] | None:
         """The write as one statement that commits by itself (`UnitOfWork.autocommit`,
         `CheckpointRepository.store_alone`: one round trip where the transaction takes
-        five), when it needs nothing read first: at most one checkpoint, no If-Match, no
-        value that extends a stored list or names stored items. The new checkpoints' keys;
-        None if it stored nothing (the thread is not live, or the checkpoint's key is
-        taken) or cannot run so: then the transaction does the write, and gives its answer
-        (the thread created, 404, 410, a replay, 409)."""
+        five; two when a list extends a stored one, which is read first), for at most one
+        checkpoint and no If-Match. The new checkpoints' keys; None if it stored nothing
+        (the thread is not live, a value it refers to is missing or was changed since it
+        was read, or the checkpoint's key is taken) or cannot run so: then the transaction
+        does the write, and gives its answer (the thread created, 404, 410, 409, a replay)."""
         if (len(checkpoints) > 1 or pre.expected_revisions() is not None
-                or any(_reads_stored(body) for body in checkpoints)
                 or not await self.uow.autocommit()):
             return None
         new = _New(since=len(self.uow.events))
-        row = None
-        for body in checkpoints:
-            await self._store_values(None, body, new)
-            row = _checkpoint_row(body)
-            self._record("created", thread_id,
-                         f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
-        self._store_writes(thread_id, tasks, new)
-        found = await self.repo.store_alone(
-            thread_id, row, list(new.items.values()), list(new.blobs.values()), new.writes,
-            self.uow.hand_over(new.since), self.uow.principal.actor)
+        row, named = None, set()
+        try:
+            for body in checkpoints:
+                named = await self._store_values(thread_id, body, new)
+                row = _checkpoint_row(body)
+                self._record("created", thread_id,
+                             f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
+        except CheckpointItemsMissing:  # judged again in the transaction
+            found = None
+        else:
+            self._store_writes(thread_id, tasks, new)
+            found = await self.repo.store_alone(
+                thread_id, row, list(new.items.values()), list(new.blobs.values()),
+                new.writes, self.uow.hand_over(new.since), self.uow.principal.actor,
+                new.bases, named)
         if found is None or (row is not None and found.checkpoint_id is None):
             del self.uow.events[new.since:]
             await self.uow.transactional()
@@ -235,7 +234,12 @@ class CheckpointService:
             return self._replayed(thread_id, existing, values["content_hash"]), True
         # A no-op on Postgres, where the insert took it; SQLite serialises writers.
         await self.repo.lock_values(thread_pk, exclusive=False)
-        await self._store_values(thread_pk, body, new)
+        named = await self._store_values(thread_pk, body, new)
+        missing = named - await self.repo.held_digests(thread_pk, list(named)) if named else ()
+        if missing:
+            raise CheckpointItemsMissing(
+                f"{len(missing)} items sent by digest are not stored in this thread; send "
+                "them with type and data.", missing=sorted(d.hex() for d in missing))
         self._record("created", thread_id,
                      f"{checkpoints_path(thread_id)}/{body.checkpoint_id}")
         return self._ref(thread_id, row), False
@@ -255,10 +259,12 @@ class CheckpointService:
                              parent_checkpoint_id=row.parent_checkpoint_id,
                              created_at=row.created_at)
 
-    async def _store_values(self, thread_pk: int | None, body: CheckpointIn, new: _New) -> None:
+    async def _store_values(self, thread: int | str, body: CheckpointIn,
+                            new: _New) -> set[bytes]:
         """Gather the values `body` adds into `new` (their lists' items and chunks too: an
-        item is named by its content's digest, so a repeat is the same row). The thread's
-        stored values are read only for what `_reads_stored` names (None: `body` has none)."""
+        item is named by its content's digest, so a repeat is the same row), reading the
+        stored lists they extend from the thread (by its key, or its id); the digests of
+        the stored items they name, for the caller to check."""
         blobs: list[dict[str, Any]] = []
         referenced: set[bytes] = set()
         for value in body.values:
@@ -278,10 +284,9 @@ class CheckpointService:
                     digests.append(key)
                 chunks: list[bytes] = []
                 if value.base_version is not None:
-                    assert thread_pk is not None
                     # The stored list at base_version, then these items: its full chunks are
                     # kept as they are, its last one is continued.
-                    chunks, tail = await self._base(thread_pk, body.checkpoint_ns,
+                    chunks, tail = await self._base(thread, body.checkpoint_ns,
                                                     value.channel, value.base_version, new)
                     digests = tail + digests
                 for start in range(0, len(digests), CHUNK):
@@ -291,25 +296,20 @@ class CheckpointService:
                     chunks.append(key)
                 row["items"] = b"".join(chunks)
             blobs.append(row)
-        referenced -= new.items.keys()
-        if referenced:
-            assert thread_pk is not None
-            missing = referenced - await self.repo.held_digests(thread_pk, list(referenced))
-            if missing:
-                raise CheckpointItemsMissing(
-                    f"{len(missing)} items sent by digest are not stored in this thread; "
-                    "send them with type and data.", missing=sorted(d.hex() for d in missing))
         for row in blobs:  # the first value under a key is kept, as the insert keeps it
             new.blobs.setdefault((row["checkpoint_ns"], row["channel"], row["version"]), row)
+        return referenced - new.items.keys()
 
-    async def _base(self, thread_pk: int, ns: str, channel: str, version: Version,
+    async def _base(self, thread: int | str, ns: str, channel: str, version: Version,
                     new: _New) -> tuple[list[bytes], list[bytes]]:
-        """The full chunks of a stored list value (or of one this request stores) and the
-        item digests of its last chunk when that one is not full; 409 if the thread holds
-        no such list."""
+        """The full chunks of a stored list value (kept in `new.bases`) or of one this
+        request stores, and the item digests of its last chunk when that one is not full;
+        409 if the thread holds no such list."""
         key = version_key(version)
-        found = await self.repo.list_value(thread_pk, ns, channel, key)  # with its last chunk
+        found = await self.repo.list_value(thread, ns, channel, key)  # with its last chunk
         stored = found._mapping["items"] if found is not None else None
+        if stored is not None:
+            new.bases.append((ns, channel, key, stored))
         last = found.last if found is not None else None
         if found is None and (ns, channel, key) in new.blobs:  # an earlier one of the batch
             stored = new.blobs[(ns, channel, key)]["items"]
