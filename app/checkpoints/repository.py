@@ -228,17 +228,23 @@ def _store_alone(checkpoint: bool) -> Any:
     # (with the chunks read for them) and the items it names by digest. Locking reads see
     # what a collection that committed while the lock was awaited left, which the
     # statement's snapshot, taken before, does not.
+    # Each is fetched by its whole key (a LATERAL lookup, as `_by_key`: as a join, stale
+    # statistics plan a scan of the thread's rows).
     bases = _unnest({"base_nss": Text, "base_channels": Text, "base_versions": Text,
                      "base_items": LargeBinary})
-    held_bases = (select(b.c.version).select_from(lock, b, bases).where(
+    base = (select(b.c.version).where(
         b.c.tenant_id == tenant, b.c.thread_pk == lock.c.id,
         b.c.checkpoint_ns == bases.c.base_nss, b.c.channel == bases.c.base_channels,
         b.c.version == bases.c.base_versions, b.c["items"] == bases.c.base_items)
-        .with_for_update(read=True, key_share=True, of=b).cte("held_bases"))
+        .limit(1).with_for_update(read=True, key_share=True).lateral("base"))
+    held_bases = (select(base.c.version)
+                  .select_from(lock.join(bases, true()).join(base, true())).cte("held_bases"))
     named = _unnest({"named": LargeBinary})
-    held_items = (select(i.c.digest).select_from(lock, i, named).where(
+    item = (select(i.c.digest).where(
         i.c.tenant_id == tenant, i.c.thread_pk == lock.c.id, i.c.digest == named.c.named)
-        .with_for_update(read=True, key_share=True, of=i).cte("held_items"))
+        .limit(1).with_for_update(read=True, key_share=True).lateral("item"))
+    held_items = (select(item.c.digest)
+                  .select_from(lock.join(named, true()).join(item, true())).cte("held_items"))
     values = [tenant, lock.c.id, *(bindparam(f"v_{name}", type_=c.c[name].type)
                                    for name in _INSERTED[2:])]
     held = and_(select(func.count()).select_from(held_bases).scalar_subquery()
