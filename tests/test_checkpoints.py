@@ -340,6 +340,42 @@ async def test_one_checkpoint_written_by_many_at_once(
     assert sum(e["type"] == "checkpoint.writes_added" for e in events) == 20 + 1
 
 
+async def test_the_latest_reads_as_the_same_checkpoint_read_by_id(
+        client: httpx.AsyncClient, uid: str) -> None:
+    """`latest` reads the checkpoint with its values and writes in one statement on
+    Postgres; `GET .../{id}` reads them apart. Both answer the same, values (a list across
+    chunks, a number version, a float one, a string one, a channel with no value stored)
+    and writes (several tasks, out of order) alike, in each namespace."""
+    base = f"/v1/threads/{uid}/checkpoints"
+    log = [{"type": "bytes", "data": b64(f"entry {n}".encode())} for n in range(70)]
+    for ns in ("", "sub:1"):
+        sent = await client.post(f"{base}/batch", json={
+            "checkpoints": [
+                body("c1", {"log": 1}, [{"channel": "log", "version": 1, "type": "list",
+                                         "items": log[:10]}], ns=ns),
+                body("c2", {"log": 2, "f": 2.5, "s": "v.7", "none": 3}, [
+                    {"channel": "log", "version": 2, "base_version": 1, "type": "list",
+                     "items": log[10:]}, value("f", 2.5, b"F"), value("s", "v.7", b"S")],
+                     ns=ns, parent="c1")],
+            "writes": [{"checkpoint_id": "c2", "checkpoint_ns": ns, "task_id": task,
+                        "task_path": path, "writes": [
+                            {"idx": idx, "channel": "log", "type": "bytes",
+                             "data": b64(f"{task}{idx}".encode())} for idx in (1, 0)]}
+                       for task, path in (("t2", "b"), ("t1", "b"), ("t3", "a"))]})
+        assert sent.status_code == 200, sent.text
+    for ns in ("", "sub:1"):
+        for items in ("data", "digests"):
+            params = {"checkpoint_ns": ns, "items": items}
+            latest = (await client.get(f"{base}/latest", params=params)).json()
+            by_id = (await client.get(f"{base}/c2", params=params)).json()
+            assert latest.pop("delta_history") is None and latest == by_id
+            assert set(latest["values"]) == {"log", "f", "s"}
+            assert [(w["task_path"], w["task_id"], w["idx"]) for w in latest["pending_writes"]
+                    ] == [("a", "t3", 0), ("a", "t3", 1), ("b", "t1", 0), ("b", "t1", 1),
+                          ("b", "t2", 0), ("b", "t2", 1)]
+        assert len(latest["values"]["log"]["digests"]) == 70
+
+
 async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
     base = f"/v1/threads/{uid}/checkpoints"
     cases = [

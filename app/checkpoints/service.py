@@ -432,12 +432,17 @@ class CheckpointService:
                      known_seeds: Collection[str] = ()) -> LatestCheckpointOut:
         """The newest checkpoint of `ns`, with the delta history of `delta_channels` (the
         walk `delta_history` does, for this checkpoint)."""
-        row = await self.repo.latest_of_live(thread_id, ns)
+        read = None
+        if self.repo.postgres:  # with its values and writes, in one statement
+            whole = await self.repo.latest_whole(thread_id, ns)
+            row, read = (whole[0], whole[1:]) if whole is not None else (None, None)
+        else:
+            row = await self.repo.latest_of_live(thread_id, ns)
         if row is None:
             await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
-        out = (await self._expand(thread_id, row.thread_pk, [row], by_digest))[0]
+        out = (await self._expand(thread_id, row.thread_pk, [row], by_digest, read))[0]
         history = (await self.delta_history(thread_id, ns, row.checkpoint_id, delta_channels,
                                             by_digest=by_digest, thread_pk=row.thread_pk,
                                             known_seeds=known_seeds)
@@ -502,20 +507,29 @@ class CheckpointService:
             items[d] for c in _split(blob._mapping["items"]) for d in chunks[c]])
 
     async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
-                      by_digest: bool = False) -> list[CheckpointOut]:
+                      by_digest: bool = False,
+                      read: tuple[list[AnyRow], list[AnyRow]] | None = None,
+                      ) -> list[CheckpointOut]:
         """The checkpoints with their values (items resolved, or their digests only with
-        `by_digest`) and pending writes, read in a few statements for the whole page."""
+        `by_digest`) and pending writes, read in a few statements for the whole page (or
+        `read`: the values and writes of the one checkpoint of `rows`, read with it)."""
         versions = {row.id: _channel_versions(row.checkpoint) for row in rows}
-        keys = [(row.checkpoint_ns, ch, v) for row in rows for ch, v in versions[row.id].items()]
-        blobs = {(r.checkpoint_ns, r.channel, r.version): r
-                 for r in await self.repo.blobs(pk, keys)}
+        if read is None:
+            keys = [(row.checkpoint_ns, ch, v) for row in rows
+                    for ch, v in versions[row.id].items()]
+            blobs = {(r.checkpoint_ns, r.channel, r.version): r
+                     for r in await self.repo.blobs(pk, keys)}
+            found = [((r.checkpoint_ns, r.checkpoint_id), r) for r in await self.repo.writes(
+                pk, [(row.checkpoint_ns, row.checkpoint_id) for row in rows])]
+        else:
+            (row,) = rows
+            blobs = {(row.checkpoint_ns, r.channel, r.version): r for r in read[0]}
+            found = [((row.checkpoint_ns, row.checkpoint_id), r) for r in read[1]]
         chunks, items = await self._lists(pk, blobs.values(), by_digest)
         writes: dict[tuple[str, str], list[WriteOut]] = defaultdict(list)
-        for r in await self.repo.writes(pk, [(row.checkpoint_ns, row.checkpoint_id)
-                                             for row in rows]):
-            writes[(r.checkpoint_ns, r.checkpoint_id)].append(WriteOut(
-                task_id=r.task_id, idx=r.idx, channel=r.channel, type=r.type, data=r.data,
-                task_path=r.task_path))
+        for key, r in found:
+            writes[key].append(WriteOut(task_id=r.task_id, idx=r.idx, channel=r.channel,
+                                        type=r.type, data=r.data, task_path=r.task_path))
         out = []
         for row in rows:
             values: dict[str, ValueOut] = {}

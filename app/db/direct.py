@@ -89,6 +89,13 @@ class _Row:
         return dict(zip(self._fields, self, strict=True))  # type: ignore[call-overload]
 
 
+def row_type(names: Sequence[str]) -> Any:
+    """A named tuple type of these fields with `Row`'s `_mapping`: the rows this module
+    returns, and records a statement returns inside a column (arrays of ROW(...))."""
+    fields = namedtuple("Row", list(names), rename=True)  # type: ignore[misc]
+    return type("Row", (_Row, fields), {"__slots__": ()})
+
+
 # Per dialect (an engine's serializer is in its bind processors): each statement compiled
 # once per INSERT column list, and planned once per length of its expanding lists. Only the
 # statements repositories build once (at import, or in `functools.cache`d builders) come here,
@@ -141,8 +148,7 @@ def _make_plan(dialect: Any, stmt: Any, compiled: Any, params: Params) -> _Plan:
             sources.append((None, process(value) if process else value, None))
     columns = list(stmt.selected_columns if hasattr(stmt, "selected_columns")
                    else stmt.exported_columns)
-    fields = namedtuple("Row", [c.key for c in columns], rename=True)  # type: ignore[misc]
-    row = type("Row", (_Row, fields), {"__slots__": ()})
+    row = row_type([c.key for c in columns])
     processors = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
     return _Plan(state.statement, sources, row, processors)
 
