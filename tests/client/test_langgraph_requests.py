@@ -195,6 +195,37 @@ async def test_each_call_returns_once_stored_and_refusals_stay_their_own(
     assert sorted(found.pending_writes or []) == [(f"task-{n}", "a", n) for n in range(3)]
 
 
+async def test_lists_and_writes_of_every_kind_read_back_as_stored(
+        saver: AgentStateSaver, uid: str) -> None:
+    """Lists of messages (one of 300, across the server's chunks of 64 items), lists and
+    pending writes that mix msgpack with values LangGraph's serializer types otherwise
+    (None, bytes) read back as they were stored, by a fresh saver (items inline) and by
+    the saver that wrote them (items by digest), as InMemorySaver has them."""
+    config = {"configurable": {"thread_id": f"kinds-{uid}", "checkpoint_ns": ""}}
+    messages = [HumanMessage(f"m{n}", id=f"id-{n}") for n in range(300)]
+    mixed = [messages[0], None, b"raw", "text", 7, {"k": [1, 2]}]
+    values = {"m15": messages[:15], "m16": messages[:16], "m17": messages[:17],
+              "m300": messages, "mixed": mixed, "none": [None, None], "one": [messages[1]]}
+    checkpoint = {**empty_checkpoint(), "channel_values": values,
+                  "channel_versions": {channel: 1 for channel in values}}
+    writes = [("a", messages[2]), ("b", None), ("c", b"raw"), ("d", mixed)]
+    reference = InMemorySaver()
+    for made in (saver, reference):
+        stored = await made.aput(config, checkpoint, {"step": 0},
+                                 checkpoint["channel_versions"])
+        await made.aput_writes(stored, writes, "task")
+    expected = await reference.aget_tuple(stored)
+    assert expected is not None
+    fresh = AgentStateSaver(base_url="http://unused.invalid", async_client=saver._aclient())
+    for reader in (fresh, saver):
+        found = await reader.aget_tuple(stored)
+        assert found is not None
+        assert found.checkpoint["channel_values"] == values
+        assert found.checkpoint["channel_values"] == expected.checkpoint["channel_values"]
+        assert found.pending_writes == expected.pending_writes == [
+            ("task", channel, value) for channel, value in writes]
+
+
 async def test_list_limits(saver: AgentStateSaver, uid: str) -> None:
     """`list(limit=)` yields at most that many, newest first, as InMemorySaver does; 0
     yields none."""
