@@ -320,7 +320,7 @@ async def test_one_checkpoint_written_by_many_at_once(
     got = (await client.get(f"{base}/c1")).json()
     assert sorted(w["task_id"] for w in got["pending_writes"]) == sorted(
         f"task-{n}" for n in range(20))
-    if backend == "postgres":  # the winner's write was one statement, run alone
+    if backend == "postgres" and not app.state.settings.pooled:  # each tried it alone
         alone = [s.sql for s in heard if "live_thread" in s.sql]
         assert len(alone) == 20 and all("INSERT INTO checkpoints" in sql for sql in alone)
 
@@ -374,6 +374,28 @@ async def test_the_latest_reads_as_the_same_checkpoint_read_by_id(
                     ] == [("a", "t3", 0), ("a", "t3", 1), ("b", "t1", 0), ("b", "t1", 1),
                           ("b", "t2", 0), ("b", "t2", 1)]
         assert len(latest["values"]["log"]["digests"]) == 70
+
+
+@pytest.mark.postgres_only(reason="a write runs alone, in autocommit, on Postgres only")
+@pytest.mark.direct_postgres(reason="not through a transaction pooler either")
+async def test_a_connection_that_wrote_alone_is_back_in_transactions(
+        database_url: str, uid: str) -> None:
+    """On Postgres a checkpoint write to a live thread runs its one statement in autocommit;
+    the pooled connection it used is a transaction again for the next request on it (a pool
+    of one): a batch whose second operation is refused writes nothing of its first."""
+    settings = Settings(database_url=database_url, pool_size=1, max_overflow=0,  # type: ignore[call-arg]
+                        auto_migrate=False, _env_file=None)
+    async with running(settings) as app, http_client(app) as client:
+        assert (await client.put(f"/v1/threads/{uid}", json={"state": {}})).status_code == 201
+        stored = await client.post(f"/v1/threads/{uid}/checkpoints/batch", json={
+            "checkpoints": [body("c1", {"a": 1}, [value("a", 1, b"A")])]})
+        assert stored.status_code == 200, stored.text
+        refused = await client.post("/v1/batch", json={"operations": [
+            {"op": "messages.append", "thread_id": uid,
+             "body": {"messages": [{"role": "user", "content": "kept?"}]}},
+            {"op": "messages.remove", "thread_id": uid, "body": {"ids": ["nope"]}}]})
+        assert refused.status_code == 404, refused.text
+        assert (await client.get(f"/v1/threads/{uid}")).json()["message_count"] == 0
 
 
 async def test_bad_input_is_a_4xx(client: httpx.AsyncClient, uid: str) -> None:
