@@ -12,6 +12,8 @@ AsyncPostgresSaver keeps its tables in the schema `lgpg` of the database agentst
 Measured:
 - `ainvoke` latency per turn (turns 1-10 and the last ten), and agentstate's HTTP requests
   per turn (counted in the saver's client);
+- CPU per turn over the last 50: this process's (the client's) for each system, and the
+  agentstate server's (Postgres's own is counted for neither);
 - loading the final state (`aget_state` on a fresh saver, median of 5);
 - bytes stored: `pg_total_relation_size` of each system's checkpoint tables (data, TOAST and
   indexes), and the payload bytes in them, against the message text itself;
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import statistics
 import time
@@ -45,6 +48,7 @@ from sqlalchemy.engine import make_url
 
 from bench.pgwire import WireCounter
 from bench.server import (
+    Server,
     agentstate_server,
     create_postgres_database,
     drop_postgres_database,
@@ -165,7 +169,7 @@ async def run(turns: int, url: str, delta: bool, count_turns: int) -> None:
     await connection.close()
     lgpg_dsn = plain + "?options=-csearch_path%3Dlgpg"
     with agentstate_server(url, workers=1) as server:
-        await compare(turns, server.base_url, lgpg_dsn, plain, delta)
+        await compare(turns, server, lgpg_dsn, plain, delta)
     if count_turns:
         await count(count_turns, url, delta)
 
@@ -187,12 +191,18 @@ def counting(saver: AgentStateSaver, base_url: str) -> list[int]:
     return sent
 
 
-async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str,
+async def compare(turns: int, server: Server, lgpg_dsn: str, plain_dsn: str,
                   delta: bool) -> None:
+    base_url = server.base_url
     ours = AgentStateSaver(base_url=base_url)
     sent = counting(ours, base_url)
     requests: list[int] = []
     latencies: dict[str, list[float]] = {"agentstate": [], "AsyncPostgresSaver": []}
+    # CPU of a turn: this process's (the client's: the graph, the saver, and for
+    # AsyncPostgresSaver its driver) and agentstate's server's, in clock ticks. Postgres's
+    # own is counted for neither.
+    client_cpu: dict[str, list[float]] = {"agentstate": [], "AsyncPostgresSaver": []}
+    server_ticks: list[int] = []
     text_bytes = 0
     async with AsyncPostgresSaver.from_conn_string(lgpg_dsn) as theirs:
         await theirs.setup()
@@ -206,12 +216,15 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str,
             for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": threads[name]}}
                 before = sent[0]
-                started = time.perf_counter()
+                ticks = server.cpu_ticks() if name == "agentstate" else 0
+                cpu, started = time.process_time(), time.perf_counter()
                 result = await graph.ainvoke({"messages": [HumanMessage(content=message)]},
                                              config)
                 latencies[name].append((time.perf_counter() - started) * 1000)
+                client_cpu[name].append((time.process_time() - cpu) * 1000)
                 if name == "agentstate":
                     requests.append(sent[0] - before)
+                    server_ticks.append(server.cpu_ticks() - ticks)
                 timings[name].next_turn()
                 assert len(result["messages"]) == 2 * turn
             text_bytes += len(message.encode()) + len(result["messages"][-1].content.encode())
@@ -222,6 +235,13 @@ async def compare(turns: int, base_url: str, lgpg_dsn: str, plain_dsn: str,
         for name, timing in timings.items():
             print(f"saver calls per turn, {name}: turns 1-10: {timing.summary(slice(0, 10))}; "
                   f"last 10: {timing.summary(slice(-10, None))}")
+        window = min(50, turns)
+        tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+        print(f"CPU per turn, last {window} turns (mean ms; Postgres's not counted): "
+              f"agentstate client {statistics.mean(client_cpu['agentstate'][-window:]):.1f} + "
+              f"server {statistics.mean(server_ticks[-window:]) * tick_ms:.1f}, "
+              f"AsyncPostgresSaver client "
+              f"{statistics.mean(client_cpu['AsyncPostgresSaver'][-window:]):.1f}")
         print(f"agentstate requests per turn: turns 1-10 {requests[:10]}, last 10 "
               f"{requests[-10:]}, min {min(requests)}, max {max(requests)}, "
               f"mean {statistics.mean(requests):.2f}")
