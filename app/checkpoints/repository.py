@@ -217,8 +217,7 @@ def _store_alone(checkpoint: bool) -> Any:
     taken. One row: the thread's key and the new checkpoint's columns (None if it was not
     stored); no row if the thread is not live."""
     tenant = bindparam("tenant", type_=Name)
-    thread = (select(t.c.id).where(t.c.tenant_id == tenant,
-                                   t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
+    thread = (select(t.c.id).where(*_LIVE_THREAD)
               .with_for_update(read=True, key_share=True).cte("live_thread"))
     if not checkpoint:
         return select(thread.c.id.label("pk")).add_cte(*_stored_rows(thread.c.id, thread))
@@ -268,15 +267,18 @@ _KEYS = {"blobs": (b, ["thread_pk", "checkpoint_ns", "channel", "version"]),
          "writes": (w, ["thread_pk", "checkpoint_ns", "checkpoint_id", "task_id", "idx"])}
 
 
+# The live thread `thread` of the tenant `tenant`, found by its id.
+_LIVE_THREAD = (t.c.tenant_id == bindparam("tenant", type_=Name),
+                t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
+
+
 def _of_live_thread(postgres: bool, checkpoints: Any) -> Any:
-    """`checkpoints` (a SELECT from the checkpoints table) narrowed to the live thread
-    `thread`, found by its id. On Postgres a LATERAL lookup from the thread row, so the
-    checkpoint key's index is read from the thread's end, whatever the statistics say."""
-    thread = (t.c.tenant_id == bindparam("tenant", type_=Name),
-              t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
+    """`checkpoints` (a SELECT from the checkpoints table) narrowed to `_LIVE_THREAD`. On
+    Postgres a LATERAL lookup from the thread row, so the checkpoint key's index is read
+    from the thread's end, whatever the statistics say."""
     if not postgres:
-        return checkpoints.join(t, t.c.id == c.c.thread_pk).where(*thread)
-    return _by_key(t, checkpoints.where(c.c.thread_pk == t.c.id)).where(*thread)
+        return checkpoints.join(t, t.c.id == c.c.thread_pk).where(*_LIVE_THREAD)
+    return _by_key(t, checkpoints.where(c.c.thread_pk == t.c.id)).where(*_LIVE_THREAD)
 
 
 @cache
@@ -290,6 +292,7 @@ def _latest_of_live(postgres: bool) -> Any:
 BLOB_FIELDS = ("channel", "version", "type", "data", "items")
 WRITE_FIELDS = ("task_id", "idx", "channel", "type", "data", "task_path")
 _BLOB, _WRITE = direct.row_type(BLOB_FIELDS), direct.row_type(WRITE_FIELDS)
+Read = tuple[list[AnyRow], list[AnyRow]]  # a checkpoint's values and writes, read with it
 
 
 @cache
@@ -327,12 +330,10 @@ def _list_value(by_thread_id: bool) -> Any:
         i.c.tenant_id == b.c.tenant_id, i.c.thread_pk == b.c.thread_pk,
         i.c.digest == func.substr(b.c["items"], func.length(b.c["items"]) - 15, 16))
         .scalar_subquery())
-    tenant = bindparam("tenant", type_=Name)
-    pk = (select(t.c.id).where(t.c.tenant_id == tenant, t.c.thread_id == bindparam("thread"),
-                               t.c.deleted_at.is_(None)).scalar_subquery()
-          if by_thread_id else bindparam("pk"))
+    pk = (select(t.c.id).where(*_LIVE_THREAD).scalar_subquery() if by_thread_id
+          else bindparam("pk"))
     return (select(b.c["items"], last.label("last"))
-            .where(b.c.tenant_id == tenant, b.c.thread_pk == pk,
+            .where(b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == pk,
                    b.c.checkpoint_ns == bindparam("ns"), b.c.channel == bindparam("channel"),
                    b.c.version == bindparam("version")))
 
@@ -460,26 +461,21 @@ class CheckpointRepository:
             select(c).where(self._mine(c, thread_pk), c.c.checkpoint_ns == ns,
                             c.c.checkpoint_id == checkpoint_id))).first()
 
-    async def latest_whole(self, thread_id: str,
-                           ns: str) -> tuple[AnyRow, list[AnyRow], list[AnyRow]] | None:
-        """Postgres: `latest_of_live`'s row, its values (rows of `BLOB_FIELDS`) and its
-        pending writes (rows of `WRITE_FIELDS`, in order), in one statement."""
-        found: AnyRow | None = await direct.first(
-            self.connection, _latest_whole(),
-            {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})
+    async def latest(self, thread_id: str, ns: str) -> tuple[AnyRow, Read | None] | None:
+        """The newest checkpoint of a namespace of the live thread `thread_id`, found by the
+        thread's id (its `thread_pk` is the thread's key), in one statement; on Postgres
+        with what `_latest_whole` reads with it: its values (rows of `BLOB_FIELDS`) and its
+        pending writes (rows of `WRITE_FIELDS`, in order). None if the thread is missing,
+        deleted or has none there."""
+        params = {"tenant": self.tenant_id, "thread": thread_id, "ns": ns}
+        if not self.postgres:
+            row = await direct.first(self.connection, _latest_of_live(False), params)
+            return None if row is None else (row, None)
+        found: AnyRow | None = await direct.first(self.connection, _latest_whole(), params)
         if found is None:
             return None
-        return (found, [_BLOB._make(r) for r in found.blobs],
-                [_WRITE._make(r) for r in found.writes])
-
-    async def latest_of_live(self, thread_id: str, ns: str) -> AnyRow | None:
-        """The newest checkpoint of a namespace of the live thread `thread_id`, found by the
-        thread's id in one statement (its `thread_pk` is the thread's key); None if the
-        thread is missing, deleted or has none there."""
-        found: AnyRow | None = await direct.first(
-            self.connection, _latest_of_live(self.postgres),
-            {"tenant": self.tenant_id, "thread": thread_id, "ns": ns})
-        return found
+        return found, ([_BLOB._make(r) for r in found.blobs],
+                       [_WRITE._make(r) for r in found.writes])
 
     async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
                    after: tuple[str, str] | None, metadata: dict[str, Any] | None,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.checkpoints.errors import CheckpointExists, CheckpointItemsMissing, CheckpointNotFound
-from app.checkpoints.repository import MAX_WALK, CheckpointRepository
+from app.checkpoints.repository import MAX_WALK, CheckpointRepository, Read
 from app.checkpoints.schemas import (
     ChannelHistoryOut,
     CheckpointBatchIn,
@@ -432,16 +432,12 @@ class CheckpointService:
                      known_seeds: Collection[str] = ()) -> LatestCheckpointOut:
         """The newest checkpoint of `ns`, with the delta history of `delta_channels` (the
         walk `delta_history` does, for this checkpoint)."""
-        read = None
-        if self.repo.postgres:  # with its values and writes, in one statement
-            whole = await self.repo.latest_whole(thread_id, ns)
-            row, read = (whole[0], whole[1:]) if whole is not None else (None, None)
-        else:
-            row = await self.repo.latest_of_live(thread_id, ns)
-        if row is None:
+        found = await self.repo.latest(thread_id, ns)
+        if found is None:
             await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
+        row, read = found
         out = (await self._expand(thread_id, row.thread_pk, [row], by_digest, read))[0]
         history = (await self.delta_history(thread_id, ns, row.checkpoint_id, delta_channels,
                                             by_digest=by_digest, thread_pk=row.thread_pk,
@@ -508,7 +504,7 @@ class CheckpointService:
 
     async def _expand(self, thread_id: str, pk: int, rows: list[AnyRow],
                       by_digest: bool = False,
-                      read: tuple[list[AnyRow], list[AnyRow]] | None = None,
+                      read: Read | None = None,
                       ) -> list[CheckpointOut]:
         """The checkpoints with their values (items resolved, or their digests only with
         `by_digest`) and pending writes, read in a few statements for the whole page (or
