@@ -18,9 +18,13 @@ escaping `:` inside the parts; `split_ids` takes it apart again.
 
 from __future__ import annotations
 
+import re
+
 MAX_NAME = 255
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
 _HEX = "0123456789ABCDEF"
+# A name already: its own encoding (a saver encodes the thread id at every call).
+_NAME = re.compile(rf"[A-Za-z0-9_:-][A-Za-z0-9._:-]{{0,{MAX_NAME - 1}}}")
 
 
 def _encode(value: str, *, safe: frozenset[int]) -> str:
@@ -35,6 +39,8 @@ def _encode(value: str, *, safe: frozenset[int]) -> str:
 
 def encode_id(value: str) -> str:
     """The agentstate name of a framework id."""
+    if _NAME.fullmatch(value):
+        return value
     if not value:
         raise ValueError("an id cannot be empty")
     name = _encode(value, safe=_SAFE)
