@@ -73,6 +73,9 @@ def test_refusals_name_the_problem() -> None:
         encode_id("")
     with pytest.raises(ValueError, match="255"):
         encode_id("/" * 100)
+    assert encode_id("a" * 255) == "a" * 255
+    with pytest.raises(ValueError, match="256 characters"):
+        encode_id("a" * 256)
     with pytest.raises(ValueError, match="escape"):
         decode_id("abc@4")
 
