@@ -306,17 +306,21 @@ def _latest_of_live(postgres: bool) -> Any:
 BLOB_FIELDS = ("channel", "version", "type", "data", "items")
 WRITE_FIELDS = ("task_id", "idx", "channel", "type", "data", "task_path")
 _BLOB, _WRITE = direct.row_type(BLOB_FIELDS), direct.row_type(WRITE_FIELDS)
-Read = tuple[list[AnyRow], list[AnyRow]]  # a checkpoint's values and writes, read with it
+# A checkpoint's values and writes, read with it, and the rows of its delta history (None:
+# not asked for).
+Read = tuple[list[AnyRow], list[AnyRow], list[AnyRow] | None]
 
 
 @cache
-def _latest_whole() -> Any:
+def _latest_whole(channels: int) -> Any:
     """Postgres: `_latest_of_live`'s row with its values (`blobs`: the stored value of each
     channel version the checkpoint names) and its pending writes (`writes`, in (task_path,
     task_id, idx) order), each an array of records of `BLOB_FIELDS` and `WRITE_FIELDS`:
     one round trip where three statements took three. Each value is fetched by its whole
     key, as `_blobs_by_key` does (the versions are the checkpoint's `channel_versions` as
-    JSON text, which is how `version_key` stores a number)."""
+    JSON text, which is how `version_key` stores a number). With `channels`, `history`:
+    the rows of `_delta_history` for the channels `ch{n}`, records of `HISTORY_FIELDS`
+    (its target is the newest checkpoint too: one statement, one snapshot)."""
     found = _latest_of_live(True).subquery("latest")
     tenant = bindparam("tenant", type_=Name)
     versions = func.json_each_text(found.c.checkpoint.op("->")(
@@ -331,8 +335,13 @@ def _latest_whole() -> Any:
         w.c.tenant_id == tenant, w.c.thread_pk == found.c.thread_pk,
         w.c.checkpoint_ns == found.c.checkpoint_ns, w.c.checkpoint_id == found.c.checkpoint_id)
         .order_by(w.c.task_path, w.c.task_id, w.c.idx).scalar_subquery())
-    return select(found, func.array(blobs, type_=NullType).label("blobs"),
-                  func.array(writes, type_=NullType).label("writes"))
+    whole = select(found, func.array(blobs, type_=NullType).label("blobs"),
+                   func.array(writes, type_=NullType).label("writes"))
+    if not channels:
+        return whole
+    walked = _delta_history(True, channels, latest=True).subquery("history")
+    history = select(func.row(*walked.c)).select_from(walked).scalar_subquery()
+    return whole.add_columns(func.array(history, type_=NullType).label("history"))
 
 
 @cache
@@ -444,6 +453,12 @@ def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
     return union_all(*parts)
 
 
+# The columns of `_delta_history`'s rows, as `_latest_whole` returns them in `history`.
+HISTORY_FIELDS = ("kind", "channel", "depth", "checkpoint_id", "task_path", "task_id", "idx",
+                  "type", "data", "items")
+_HISTORY = direct.row_type(HISTORY_FIELDS)
+
+
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
     for start in range(0, len(values), size):
         yield values[start:start + size]
@@ -478,21 +493,26 @@ class CheckpointRepository:
             select(c).where(self._mine(c, thread_pk), c.c.checkpoint_ns == ns,
                             c.c.checkpoint_id == checkpoint_id))).first()
 
-    async def latest(self, thread_id: str, ns: str) -> tuple[AnyRow, Read | None] | None:
+    async def latest(self, thread_id: str, ns: str, channels: Sequence[str] = (),
+                     ) -> tuple[AnyRow, Read | None] | None:
         """The newest checkpoint of a namespace of the live thread `thread_id`, found by the
         thread's id (its `thread_pk` is the thread's key), in one statement; on Postgres
-        with what `_latest_whole` reads with it: its values (rows of `BLOB_FIELDS`) and its
-        pending writes (rows of `WRITE_FIELDS`, in order). None if the thread is missing,
-        deleted or has none there."""
-        params = {"tenant": self.tenant_id, "thread": thread_id, "ns": ns}
+        with what `_latest_whole` reads with it: its values (rows of `BLOB_FIELDS`), its
+        pending writes (rows of `WRITE_FIELDS`, in order) and the rows of its delta history
+        for `channels` (as `delta_history`'s; none without channels). None if the thread is
+        missing, deleted or has none there."""
+        params = {"tenant": self.tenant_id, "thread": thread_id, "ns": ns,
+                  **{f"ch{n}": ch for n, ch in enumerate(channels)}}
         if not self.postgres:
             row = await direct.first(self.connection, _latest_of_live(False), params)
             return None if row is None else (row, None)
-        found: AnyRow | None = await direct.first(self.connection, _latest_whole(), params)
+        found: AnyRow | None = await direct.first(self.connection,
+                                                  _latest_whole(len(channels)), params)
         if found is None:
             return None
         return found, ([_BLOB._make(r) for r in found.blobs],
-                       [_WRITE._make(r) for r in found.writes])
+                       [_WRITE._make(r) for r in found.writes],
+                       [_HISTORY._make(r) for r in found.history] if channels else None)
 
     async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
                    after: tuple[str, str] | None, metadata: dict[str, Any] | None,

@@ -432,17 +432,18 @@ class CheckpointService:
                      known_seeds: Collection[str] = ()) -> LatestCheckpointOut:
         """The newest checkpoint of `ns`, with the delta history of `delta_channels` (the
         walk `delta_history` does, for this checkpoint)."""
-        found = await self.repo.latest(thread_id, ns)
+        channels = list(dict.fromkeys(delta_channels or ()))
+        found = await self.repo.latest(thread_id, ns, channels)
         if found is None:
             await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
             raise CheckpointNotFound(
                 f"Thread {thread_id!r} has no checkpoint in namespace {ns!r}.")
         row, read = found
         out = (await self._expand(thread_id, row.thread_pk, [row], by_digest, read))[0]
-        history = (await self.delta_history(thread_id, ns, row.checkpoint_id, delta_channels,
-                                            by_digest=by_digest, thread_pk=row.thread_pk,
-                                            known_seeds=known_seeds)
-                   ).channels if delta_channels else None
+        history = (await self.delta_history(
+            thread_id, ns, row.checkpoint_id, channels, by_digest=by_digest,
+            thread_pk=row.thread_pk, known_seeds=known_seeds,
+            walked=None if read is None else read[2])).channels if channels else None
         return LatestCheckpointOut.model_construct(**dict(out), delta_history=history)
 
     async def get(self, thread_id: str, ns: str, checkpoint_id: str, *,
@@ -545,16 +546,19 @@ class CheckpointService:
     async def delta_history(self, thread_id: str, ns: str, checkpoint_id: str | None,
                             channels: list[str], *, by_digest: bool = False,
                             thread_pk: int | None = None,
-                            known_seeds: Collection[str] = ()) -> DeltaHistoryOut:
+                            known_seeds: Collection[str] = (),
+                            walked: list[AnyRow] | None = None) -> DeltaHistoryOut:
         """Per channel, the pending writes on the parent chain of a checkpoint (`None`: the
         newest of `ns`) since the nearest ancestor that stores a value for it, oldest first,
         and that value (the seed; None if the walk reached the root). The checkpoint's own
         writes are not included, the seed ancestor's are (a stored value is the state
         entering its checkpoint). LangGraph's `get_delta_channel_history`, one statement.
         A channel named twice is walked once (the answer is keyed by channel). A seed whose
-        digest is in `known_seeds` (the client holds it) is named by its digest only."""
+        digest is in `known_seeds` (the client holds it) is named by its digest only.
+        `walked`: the walk's rows, read already with the checkpoint (`repo.latest`)."""
         channels = list(dict.fromkeys(channels))
-        rows = await self.repo.delta_history(thread_id, ns, checkpoint_id, channels)
+        rows = (walked if walked is not None
+                else await self.repo.delta_history(thread_id, ns, checkpoint_id, channels))
         target = next((r for r in rows if r.kind == "t"), None)
         if target is None:
             await self.threads.live_pk(thread_id)  # 404/410 for the thread itself first
