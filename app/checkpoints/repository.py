@@ -319,8 +319,8 @@ def _latest_whole(channels: int) -> Any:
     one round trip where three statements took three. Each value is fetched by its whole
     key, as `_blobs_by_key` does (the versions are the checkpoint's `channel_versions` as
     JSON text, which is how `version_key` stores a number). With `channels`, `history`:
-    the rows of `_delta_history` for the channels `ch{n}`, records of `HISTORY_FIELDS`
-    (its target is the newest checkpoint too: one statement, one snapshot)."""
+    the rows of `_delta_history` for the channels `ch{n}`, as records (its target is the
+    newest checkpoint too: one statement, one snapshot)."""
     found = _latest_of_live(True).subquery("latest")
     tenant = bindparam("tenant", type_=Name)
     versions = func.json_each_text(found.c.checkpoint.op("->")(
@@ -453,10 +453,12 @@ def _delta_history(postgres: bool, channels: int, latest: bool) -> Any:
     return union_all(*parts)
 
 
-# The columns of `_delta_history`'s rows, as `_latest_whole` returns them in `history`.
-HISTORY_FIELDS = ("kind", "channel", "depth", "checkpoint_id", "task_path", "task_id", "idx",
-                  "type", "data", "items")
-_HISTORY = direct.row_type(HISTORY_FIELDS)
+@cache
+def _history_row() -> Any:
+    """The rows of `_delta_history` (its columns, whatever the channels), for its records
+    in `_latest_whole`'s `history`."""
+    return direct.row_type([column.key for column in
+                            _delta_history(True, 1, True).selected_columns])
 
 
 def _chunks(values: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
@@ -512,7 +514,7 @@ class CheckpointRepository:
             return None
         return found, ([_BLOB._make(r) for r in found.blobs],
                        [_WRITE._make(r) for r in found.writes],
-                       [_HISTORY._make(r) for r in found.history] if channels else None)
+                       [_history_row()._make(r) for r in found.history] if channels else None)
 
     async def page(self, thread_pk: int, *, ns: str | None, before: str | None,
                    after: tuple[str, str] | None, metadata: dict[str, Any] | None,
@@ -658,7 +660,7 @@ class CheckpointRepository:
         if not any(tables.values()) and not events:
             return
         await direct.execute(self.connection, _insert_all(),
-                             {"pk": thread_pk, **self._arrays(tables, events, actor)})
+                             {"pk": thread_pk, **self._row_params(tables, events, actor)})
 
     async def store_alone(self, thread_id: str, checkpoint: dict[str, Any] | None,
                           items: list[dict[str, Any]], blobs: list[dict[str, Any]],
@@ -669,7 +671,7 @@ class CheckpointRepository:
         None: writes only) and what `insert_all` stores, for the live thread `thread_id`,
         if the lists `bases` ((namespace, channel, version, chunk digests)) and the items
         `named` are stored. Its row (None if the thread is not live)."""
-        params = {"thread": thread_id, **self._arrays(
+        params = {"thread": thread_id, **self._row_params(
             {"items": items, "blobs": blobs, "writes": writes}, events, actor)}
         if checkpoint is not None:
             params.update({f"v_{name}": checkpoint[name] for name in _INSERTED[2:]})
@@ -682,8 +684,8 @@ class CheckpointRepository:
             self.connection, _store_alone(checkpoint is not None), params)
         return found
 
-    def _arrays(self, tables: dict[str, list[dict[str, Any]]], events: Sequence[PendingEvent],
-                actor: str) -> dict[str, Any]:
+    def _row_params(self, tables: dict[str, list[dict[str, Any]]],
+                    events: Sequence[PendingEvent], actor: str) -> dict[str, Any]:
         """The parameters of `_stored_rows`: each table's rows as one list per column."""
         params: dict[str, Any] = {"tenant": self.tenant_id, "actor": actor, "at": utcnow()}
         for name, rows in tables.items():
