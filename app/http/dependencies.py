@@ -30,8 +30,9 @@ from app.db.unit import UnitOfWork
 from app.events.feed import Feed
 from app.events.repository import EventRepository
 from app.http.params import DeclaredHeader
+from app.http.plan import PARSED_BODY
 from app.http.preconditions import CONDITIONS, THREAD_IF_MATCH, VALIDATOR, read_preconditions
-from app.http.routing import PARSED_BODY, UNIT
+from app.http.routing import UNIT
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
 PRINCIPAL = "agentstate.principal"

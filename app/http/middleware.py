@@ -36,8 +36,8 @@ from app.core.jsonutil import parse_checked
 from app.core.logging import request_id_var
 from app.core.metrics import Metrics
 from app.http.dependencies import PRINCIPAL, SDK_PREFIX, authenticate
+from app.http.plan import PARSED_BODY
 from app.http.problems import problem_response
-from app.http.routing import PARSED_BODY
 
 access_log = logging.getLogger("agentstate.access")
 error_log = logging.getLogger("agentstate.errors")

@@ -31,8 +31,8 @@ from starlette._utils import get_route_path
 from starlette.routing import Match
 from starlette.types import Scope
 
-# Where BodyLimitMiddleware leaves the parsed body: a 1-tuple, so a JSON `null` body counts.
-PARSED_BODY = "agentstate.json"
+from app.http.plan import PARSED_BODY, effective_route, plan_of, planned
+
 # The request's exit stack for its unit of work (app/http/dependencies.py), closed when the
 # handler has returned its response and before it is sent.
 UNIT = "agentstate.unit"
@@ -48,7 +48,7 @@ class ParsedRequest(Request):
 
 class DomainRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+        handler = planned(plan_of(effective_route(self)), super().get_route_handler())
 
         async def domain_handler(request: Request) -> Response:
             async with AsyncExitStack() as unit:
