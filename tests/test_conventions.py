@@ -76,6 +76,22 @@ def test_every_router_is_a_domain_router() -> None:
     assert included and not any("prefix" in line for line in included), included
 
 
+def test_routes_are_planned() -> None:
+    """Every route is served from its plan (app/http/plan.py), but the event stream (a
+    generator endpoint) and /metrics: a route that stops being plain (a `Header()`
+    parameter, a dependency with dependencies) falls back to FastAPI's handler silently, and
+    pays its per-request resolution again."""
+    from fastapi.routing import APIRoute
+
+    from app.http.plan import plan_of
+    from app.main import ROUTERS, console_router
+
+    unplanned = {(method, route.path) for router in [*ROUTERS, console_router]
+                 for route in router.routes if isinstance(route, APIRoute)
+                 and plan_of(route) is None for method in route.methods}
+    assert unplanned == {("GET", "/v1/events/stream"), ("GET", "/metrics")}
+
+
 # `batch` runs other slices' use cases in one transaction: a composition root like main.py
 # (docs/CONVENTIONS.md), and the one slice that may call their services.
 COMPOSERS = {"batch"}
