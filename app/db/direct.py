@@ -155,14 +155,18 @@ def _make_plan(dialect: Any, stmt: Any, compiled: Any, params: Params) -> _Plan:
 
 async def _adapter(connection: AsyncConnection) -> Any:
     """SQLAlchemy's adapter of the request's asyncpg connection, in the transaction
-    SQLAlchemy tracks (begun here if no statement has begun it)."""
-    if not connection.in_transaction():
-        await connection.begin()
+    SQLAlchemy tracks (begun here if no statement has begun it). A read on Postgres runs in
+    autocommit and has no transaction to track: one would be bookkeeping only, a trip
+    through the greenlet and its events (a write in autocommit has begun its own,
+    `UnitOfWork.autocommit`)."""
     sync = connection.sync_connection
     # Read without a round trip to the greenlet unless SQLAlchemy must reconnect first.
     fairy = (sync.connection if sync is not None and not sync.invalidated
              else await connection.get_raw_connection())
-    return fairy.dbapi_connection
+    adapter: Any = fairy.dbapi_connection
+    if not adapter.autocommit and not connection.in_transaction():
+        await connection.begin()
+    return adapter
 
 
 class DirectContext:

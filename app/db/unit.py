@@ -60,6 +60,9 @@ class UnitOfWork:
                 or self.events or self.connection.in_transaction()):
             return False
         await self.connection.execution_options(isolation_level="AUTOCOMMIT")
+        # Tracked by SQLAlchemy all the same (no BEGIN is sent): the unit's commit is then
+        # its commit, with the `commit` event the database's health listens to.
+        await self.connection.begin()
         return True
 
     async def transactional(self) -> None:
