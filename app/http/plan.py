@@ -63,6 +63,9 @@ def _is_sequence(annotation: Any) -> bool:
     return bool(field_annotation_is_sequence(annotation))
 
 
+_IMMUTABLE = (type(None), bool, int, float, str, bytes)
+
+
 @dataclass(frozen=True)
 class _Param:
     """One path or query parameter: where to find it, and its FastAPI field."""
@@ -72,6 +75,11 @@ class _Param:
     in_query: bool
     many: bool
     field: Any  # fastapi's ModelField
+    required: bool
+    validate_default: bool
+    # The default, when it is a value nothing can change (FastAPI copies it per request).
+    default: Any
+    fixed_default: bool
 
     @classmethod
     def of(cls, field: Any) -> _Param:
@@ -87,7 +95,11 @@ class _Param:
         in_query = isinstance(info, params.Query)
         many = in_query and _is_sequence(info.annotation) and not any(
             type(item) is Json for item in info.metadata)
-        return cls(field.name, alias, in_query, many, field)
+        required = info.is_required()
+        default = None if required else field.default
+        fixed = info.default_factory is None and type(default) in _IMMUTABLE
+        return cls(field.name, alias, in_query, many, field, required,
+                   bool(info.validate_default), default, fixed)
 
     def value(self, request: Request) -> Any:
         if not self.in_query:
@@ -97,11 +109,10 @@ class _Param:
         else:
             raw = request.query_params.get(self.alias)
         if raw is None:
-            info = self.field.field_info
-            if info.is_required():
+            if self.required:
                 raise _Refused
-            raw = deepcopy(self.field.default)
-            if not info.validate_default:
+            raw = self.default if self.fixed_default else deepcopy(self.field.default)
+            if not self.validate_default:
                 return raw
         value, errors = self.field.validate(raw, {}, loc=("query" if self.in_query else "path",
                                                           self.alias))
