@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
 
 from app.core.settings import Settings
 from tests.conftest import http_client, running
-from tests.support import drain
+from tests.support import drain, statements
 from tests.test_compactions import compact, thread_with, view
 from tests.test_messages import all_messages
 
@@ -274,3 +275,41 @@ async def test_fork_refusals(client: httpx.AsyncClient, uid: str) -> None:
     revived = await client.post(f"/v1/threads/{uid}/fork", json={"thread_id": f"taken-{uid}"})
     assert revived.status_code == 201 and revived.json()["revision"] == 3
     assert revived.json()["state"] == {"n": 2}
+
+
+async def test_a_state_replace_on_postgres_is_one_statement(
+        app: Any, client: httpx.AsyncClient, uid: str, backend: str) -> None:
+    """A PUT with If-Match writes the row, its history entry, the pruning of the history
+    and its audit event in one statement on Postgres (`ThreadRepository.advance_keeping`);
+    in a batch whose earlier operation has an event pending, the PUT's event is written
+    after it, in order. The answers and the stored events are the same on both backends."""
+    base = f"/v1/threads/{uid}"
+    assert (await client.put(base, json={"state": {"n": 0}, "history_limit": 2})).status_code == 201
+    with statements(app) as heard:
+        for n in range(1, 4):
+            put = await client.put(base, json={"state": {"n": n}, "history_limit": 2},
+                                   headers={"If-Match": f'"{n}"'})
+            assert put.status_code == 200, put.text
+            assert put.json()["revision"] == n + 1
+    writes = [s.sql for s in heard if s.sql.lstrip().upper().startswith(("WITH", "UPDATE",
+                                                                         "INSERT", "DELETE"))]
+    if backend == "postgres":
+        assert len(writes) == 3 and all(
+            all(part in sql for part in ("UPDATE threads", "INSERT INTO thread_revisions",
+                                         "DELETE FROM thread_revisions", "INSERT INTO events"))
+            for sql in writes), writes
+    stale = await client.put(base, json={"state": {}}, headers={"If-Match": '"1"'})
+    assert stale.status_code == 412 and stale.json()["current_revision"] == 4
+    revisions = (await client.get(f"{base}/revisions")).json()["data"]
+    assert [r["revision"] for r in revisions][:2] == [4, 3]
+    assert all(r["revision"] >= 3 for r in revisions), revisions  # a window of two
+    batch = await client.post("/v1/batch", json={"operations": [
+        {"op": "messages.append", "thread_id": uid, "body": {"messages": [
+            {"role": "user", "content": "first"}]}},
+        {"op": "thread.put", "thread_id": uid, "if_match": '"5"',
+         "body": {"state": {"n": 9}, "history_limit": 2}}]})
+    assert batch.status_code == 200, batch.text
+    events = (await client.get("/v1/events", params={"thread_id": uid})).json()["data"]
+    assert [(e["type"], e["revision"]) for e in events] == [
+        ("thread.created", 1), ("thread.updated", 2), ("thread.updated", 3),
+        ("thread.updated", 4), ("message.appended", 5), ("thread.updated", 6)], events

@@ -82,8 +82,9 @@ class UnitOfWork:
         self.events[since:] = [replace(event, stored=True) for event in self.events[since:]]
         return taken
 
-    def recorded(self, type: str, resource: str, *, revision: int | None) -> None:
+    def recorded(self, type: str, resource: str, *, revision: int | None,
+                 thread_id: str | None = None) -> None:
         """Note an audit event the change's own statement wrote (in this transaction). Only
         when no event is pending: events keep the order of their changes."""
         assert not any(not event.stored for event in self.events)
-        self.events.append(PendingEvent(type, resource, revision, None, stored=True))
+        self.events.append(PendingEvent(type, resource, revision, thread_id, stored=True))

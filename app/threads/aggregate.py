@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from app.core.errors import NotFound, RevisionMismatch
 from app.core.revisions import Preconditions, check_preconditions
 from app.db.base import AnyRow, utcnow
+from app.db.dialect import dialect_name
 from app.db.unit import UnitOfWork
 from app.messages.errors import refuse_referenced
 from app.messages.repository import MessageRepository
@@ -137,6 +138,34 @@ class ThreadAggregate:
                 raise _deleted(thread_id)
             return await self._keep(row, values) if values else row
         await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
+
+    async def replace_at_once(self, thread_id: str, pre: Preconditions,
+                              values: dict[str, Any]) -> AnyRow | None:
+        """Postgres: `advance` with `values`, its history and its `thread.updated` event in
+        one statement (`ThreadRepository.advance_keeping`), alone in autocommit where the
+        unit allows it (`UnitOfWork.autocommit`): one round trip where the transaction takes
+        five. The event goes in the statement only when none is pending before it (events
+        keep the order of their changes); else it is recorded as usual. Refuses as `advance`
+        does (404, 410, 412). None on SQLite: the caller takes `advance`."""
+        if dialect_name(self.uow.connection) != "postgresql":
+            return None
+        alone = await self.uow.autocommit()
+        together = all(event.stored for event in self.uow.events)
+        resource = thread_path(thread_id)
+        row = await self.repo.advance_keeping(
+            thread_id, values=values, expected=pre.expected_revisions(),
+            window=self.settings.thread_history,
+            event=(self.uow.principal.actor, resource) if together else None)
+        if row is None:  # nothing was written
+            if alone:
+                await self.uow.transactional()
+            await self.refuse(thread_id, if_match_sent=pre.if_match is not None)
+        if together:
+            self.uow.recorded("thread.updated", resource, revision=row.revision,
+                              thread_id=thread_id)
+        else:
+            self.record("updated", thread_id, row.revision)
+        return row
 
     async def add_live(self, row: AnyRow, delta: int) -> None:
         """Correct the live-message count of a thread `advance` just gave `row` (whose lock

@@ -19,6 +19,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     or_,
     select,
     update,
@@ -28,10 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.db import direct
 from app.db.base import AnyRow, table, utcnow
 from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.events.models import Event
+from app.events.repository import written_by
 from app.threads.models import Thread, ThreadRevision
 
 t = table(Thread)
 h = table(ThreadRevision)
+e = table(Event)
 Lock = Literal["update", "share"] | None
 Expectation = Literal["any", "one", "many"]
 # "all": the whole row comes back; "keys": only what a write to the thread's children needs,
@@ -110,6 +114,50 @@ def _keep_history(postgres: bool) -> tuple[Any, ...]:
         floor = func.greatest(floor, case((revision <= oldest, revision)))
         return (copy.add_cte(delete(h).where(mine, h.c.revision < floor).cte("pruned")),)
     return copy, delete(h).where(mine, h.c.revision < floor)
+
+
+@cache
+def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event: bool) -> Any:
+    """Postgres: `_advance` (the whole row back), the new revision kept in the thread's
+    history and the history pruned to its window as `_keep_history` and `_FORGET_HISTORY`
+    do, and with `with_event` the write's `thread.updated` event, all in one statement: a
+    state write in one round trip instead of three. The window is the row's
+    `history_limit`, else the server's (`window`); the CTEs read the row the UPDATE
+    returns, since the statement's snapshot does not show it."""
+    up = _advance(columns, expected, "all").cte("advanced")
+    window = func.coalesce(up.c.history_limit, bindparam("window", type_=BigInteger))
+    copy = insert(h).from_select(
+        ["thread_pk", "revision", "tenant_id", "state", "metadata", "updated_at"],
+        select(up.c.id, up.c.revision, up.c.tenant_id, up.c.state, up.c.metadata,
+               up.c.updated_at).where(window > 0)).cte("kept")
+    # The thread's key, window and floor are worked out once, in a row of their own that
+    # the DELETE reads as constants: in its condition the floor would be a subquery run
+    # again for every history entry, and a join on the key a scan of the tenant's history
+    # (2.8 ms a write at 100 entries, `EXPLAIN ANALYZE`).
+    older = h.alias("older")
+    oldest = up.c.revision - window + 1
+    floor = func.greatest(
+        select(func.max(older.c.revision)).where(
+            older.c.tenant_id == bindparam("tenant"), older.c.thread_pk == up.c.id,
+            older.c.revision <= oldest).scalar_subquery(),
+        case((up.c.revision <= oldest, up.c.revision)))
+    bounds = (select(up.c.id, window.label("window"), floor.label("floor"))
+              .cte("bounds").prefix_with("MATERIALIZED"))
+
+    def bound(column: Any) -> Any:
+        return select(column).scalar_subquery()
+
+    pruned = delete(h).where(
+        h.c.tenant_id == bindparam("tenant"), h.c.thread_pk == bound(bounds.c.id),
+        or_(bound(bounds.c.window) <= 0, h.c.revision < bound(bounds.c.floor))).cte("pruned")
+    stmt = select(*(up.c[c.name] for c in t.c)).add_cte(copy).add_cte(pruned)
+    if with_event:
+        stmt = stmt.add_cte(written_by(select(
+            bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
+            literal("thread.updated", e.c.type.type), bindparam("resource", type_=e.c.resource.type),
+            up.c.revision, bindparam("thread", type_=e.c.thread_id.type), bindparam("now", type_=e.c.at.type),
+        ).select_from(up)).cte("event"))
+    return stmt
 
 
 class ThreadRepository:
@@ -198,6 +246,23 @@ class ThreadRepository:
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
+        row: AnyRow | None = await direct.first(self.connection, stmt, params)
+        return row
+
+    async def advance_keeping(self, thread_id: str, *, values: dict[str, Any],
+                              expected: Collection[int] | None, window: int,
+                              event: tuple[str, str] | None) -> AnyRow | None:
+        """Postgres: `advance` with `values` and `keep_history` in one statement, and with
+        `event` (actor, resource) the `thread.updated` event too (`_advance_keeping`). None
+        if no live thread (at one of the `expected` revisions, when given) matched: nothing
+        was written."""
+        stmt = _advance_keeping(tuple(sorted(values)), _expectation(expected), event is not None)
+        params = {**self._params(thread_id), "now": utcnow(), "seqs": 0, "live_delta": 0,
+                  "window": window, **{f"new_{name}": v for name, v in values.items()}}
+        if expected is not None:
+            params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
+        if event is not None:
+            params["actor"], params["resource"] = event
         row: AnyRow | None = await direct.first(self.connection, stmt, params)
         return row
 

@@ -124,6 +124,10 @@ class ThreadService:
     async def _update(self, thread_id: str, body: ThreadReplace, pre: Preconditions,
                       count: int) -> AnyRow:
         """A replace of the live thread at one of the revisions If-Match names (any, with `*`)."""
+        if not count:
+            row = await self.threads.replace_at_once(thread_id, pre, _values(body))
+            if row is not None:
+                return row
         row = await self.threads.advance(thread_id, pre, values=_values(body), seqs=count,
                                          live_delta=count, returning="all")
         self.threads.record("updated", thread_id, row.revision)
