@@ -120,8 +120,9 @@ def _keep_history(postgres: bool) -> tuple[Any, ...]:
 def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event: bool) -> Any:
     """Postgres: `_advance` (the whole row back), the new revision kept in the thread's
     history and the history pruned to its window as `_keep_history` and `_FORGET_HISTORY`
-    do, and with `with_event` the write's `thread.updated` event, all in one statement: a
-    state write in one round trip instead of three. The window is the row's
+    do, and with `with_event` the write's `thread.updated` event, all in one statement
+    (alone in autocommit, one round trip where a transaction of them took five). The
+    window is the row's
     `history_limit`, else the server's (`window`); the CTEs read the row the UPDATE
     returns, since the statement's snapshot does not show it."""
     up = _advance(columns, expected, "all").cte("advanced")
@@ -153,9 +154,11 @@ def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event
     stmt = select(*(up.c[c.name] for c in t.c)).add_cte(copy).add_cte(pruned)
     if with_event:
         stmt = stmt.add_cte(written_by(select(
-            bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
-            literal("thread.updated", e.c.type.type), bindparam("resource", type_=e.c.resource.type),
-            up.c.revision, bindparam("thread", type_=e.c.thread_id.type), bindparam("now", type_=e.c.at.type),
+            bindparam("tenant", type_=e.c.tenant_id.type),
+            bindparam("actor", type_=e.c.actor.type),
+            literal("thread.updated", e.c.type.type),
+            bindparam("resource", type_=e.c.resource.type), up.c.revision,
+            bindparam("thread", type_=e.c.thread_id.type), bindparam("now", type_=e.c.at.type),
         ).select_from(up)).cte("event"))
     return stmt
 
