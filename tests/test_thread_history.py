@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from app.core.settings import Settings
 from tests.conftest import http_client, running
@@ -278,7 +278,7 @@ async def test_fork_refusals(client: httpx.AsyncClient, uid: str) -> None:
 
 
 async def test_a_state_replace_on_postgres_is_one_statement(
-        app: Any, client: httpx.AsyncClient, uid: str, backend: str) -> None:
+        app: FastAPI, client: httpx.AsyncClient, uid: str, backend: str) -> None:
     """A PUT with If-Match writes the row, its history entry, the pruning of the history
     and its audit event in one statement on Postgres (`ThreadRepository.advance_keeping`);
     in a batch whose earlier operation has an event pending, the PUT's event is written
