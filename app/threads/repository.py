@@ -89,6 +89,14 @@ _FORGET_HISTORY = delete(h).where(h.c.tenant_id == bindparam("tenant"),
                                   h.c.thread_pk == bindparam("pk"))
 
 
+def _newest_at_or_below(history: Any, pk: Any, oldest: Any) -> Any:
+    """The newest history entry of thread `pk` at or below revision `oldest`: the floor of
+    what a window starting at `oldest` keeps (it tells the state at `oldest`)."""
+    return (select(func.max(history.c.revision))
+            .where(history.c.tenant_id == bindparam("tenant"), history.c.thread_pk == pk,
+                   history.c.revision <= oldest).scalar_subquery())
+
+
 @cache
 def _keep_history(postgres: bool) -> tuple[Any, ...]:
     """Copy the thread's row as its newest history entry and drop the entries the window no
@@ -105,8 +113,7 @@ def _keep_history(postgres: bool) -> tuple[Any, ...]:
         .where(t.c.tenant_id == bindparam("tenant"), t.c.id == bindparam("pk")),
     )
     oldest = bindparam("oldest", type_=BigInteger)
-    floor: Any = (select(func.max(h.c.revision)).where(mine, h.c.revision <= oldest)
-                  .scalar_subquery())
+    floor: Any = _newest_at_or_below(h, bindparam("pk"), oldest)
     if postgres:
         # The CTE's DELETE does not see the row the INSERT adds, which is the floor itself
         # when the window is one revision wide.
@@ -135,13 +142,9 @@ def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event
     # the DELETE reads as constants: in its condition the floor would be a subquery run
     # again for every history entry, and a join on the key a scan of the tenant's history
     # (2.8 ms a write at 100 entries, `EXPLAIN ANALYZE`).
-    older = h.alias("older")
     oldest = up.c.revision - window + 1
-    floor = func.greatest(
-        select(func.max(older.c.revision)).where(
-            older.c.tenant_id == bindparam("tenant"), older.c.thread_pk == up.c.id,
-            older.c.revision <= oldest).scalar_subquery(),
-        case((up.c.revision <= oldest, up.c.revision)))
+    floor = func.greatest(_newest_at_or_below(h.alias("older"), up.c.id, oldest),
+                          case((up.c.revision <= oldest, up.c.revision)))
     bounds = (select(up.c.id, window.label("window"), floor.label("floor"))
               .cte("bounds").prefix_with("MATERIALIZED"))
 
@@ -245,12 +248,19 @@ class ThreadRepository:
         """
         values = values or {}
         stmt = _advance(tuple(sorted(values)), _expectation(expected), returning)
+        row: AnyRow | None = await direct.first(self.connection, stmt, self._advance_params(
+            thread_id, values, expected, seqs=seqs, live_delta=live_delta))
+        return row
+
+    def _advance_params(self, thread_id: str, values: dict[str, Any],
+                        expected: Collection[int] | None, *, seqs: int = 0,
+                        live_delta: int = 0) -> dict[str, Any]:
+        """The parameters of `_advance` (and of `_advance_keeping`, which runs it)."""
         params = {**self._params(thread_id), "now": utcnow(), "seqs": seqs,
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
-        row: AnyRow | None = await direct.first(self.connection, stmt, params)
-        return row
+        return params
 
     async def advance_keeping(self, thread_id: str, *, values: dict[str, Any],
                               expected: Collection[int] | None, window: int,
@@ -260,10 +270,7 @@ class ThreadRepository:
         if no live thread (at one of the `expected` revisions, when given) matched: nothing
         was written."""
         stmt = _advance_keeping(tuple(sorted(values)), _expectation(expected), event is not None)
-        params = {**self._params(thread_id), "now": utcnow(), "seqs": 0, "live_delta": 0,
-                  "window": window, **{f"new_{name}": v for name, v in values.items()}}
-        if expected is not None:
-            params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
+        params = {**self._advance_params(thread_id, values, expected), "window": window}
         if event is not None:
             params["actor"], params["resource"] = event
         row: AnyRow | None = await direct.first(self.connection, stmt, params)
