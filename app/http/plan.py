@@ -55,11 +55,20 @@ class _Refused(Exception):
     """A value FastAPI would not accept: its handler answers the request."""
 
 
+try:  # FastAPI's own rule for "read every value of a repeated query parameter"
+    from fastapi._compat import field_annotation_is_sequence
+except ImportError:  # a FastAPI that moved it: plan no route that asks
+    field_annotation_is_sequence = None  # type: ignore[assignment]
+
+# FastAPI's serialisation takes what a plan passes it (asked once, not per route).
+_SERIALIZES = {"field", "response_content", "include", "exclude", "by_alias", "exclude_unset",
+               "exclude_defaults", "exclude_none", "is_coroutine", "dump_json"
+               } <= set(inspect.signature(serialize_response).parameters)
+
+
 def _is_sequence(annotation: Any) -> bool:
-    try:  # FastAPI's own rule for "read every value of a repeated query parameter"
-        from fastapi._compat import field_annotation_is_sequence
-    except ImportError:  # a FastAPI that moved it: plan no route that asks
-        raise _Refused from None
+    if field_annotation_is_sequence is None:
+        raise _Refused
     return bool(field_annotation_is_sequence(annotation))
 
 
@@ -175,13 +184,8 @@ class RoutePlan:
                                        or isinstance(body[0].field_info, params.Form))):
             raise _Refused
         self.body = body[0] if body else None
-        if not isinstance(route.response_class, DefaultPlaceholder) \
+        if not _SERIALIZES or not isinstance(route.response_class, DefaultPlaceholder) \
                 or route.response_class.value is not JSONResponse:
-            raise _Refused
-        wanted = {"field", "response_content", "include", "exclude", "by_alias",
-                  "exclude_unset", "exclude_defaults", "exclude_none", "is_coroutine",
-                  "dump_json"}
-        if not wanted <= set(inspect.signature(serialize_response).parameters):
             raise _Refused
         self.route = route
 
