@@ -106,6 +106,31 @@ async def test_a_refused_operation_writes_nothing(client: httpx.AsyncClient, app
     assert (await client.get(f"/v1/threads/{uid}-b")).json()["message_count"] == 0
 
 
+async def test_a_write_that_could_commit_alone_waits_for_the_batch(
+        client: httpx.AsyncClient, app: FastAPI, uid: str) -> None:
+    """A thread's PUT with If-Match runs alone in autocommit on Postgres when it is the
+    request's only change; in a batch it commits with the others or not at all."""
+    for name in ("a", "b"):
+        await client.put(f"/v1/threads/{uid}-{name}", json={"state": {"v": 1}})
+    response = await batch(
+        client,
+        {"op": "thread.put", "thread_id": f"{uid}-a", "if_match": '"1"',
+         "body": {"state": {"v": 2}}},
+        {"op": "messages.append", "thread_id": f"{uid}-b", "if_match": '"9"',
+         "body": {"messages": [{"role": "user", "content": "refused"}]}},
+    )
+    assert response.status_code == 412, response.text
+    thread = (await client.get(f"/v1/threads/{uid}-a")).json()
+    assert (thread["revision"], thread["state"]) == (1, {"v": 1})
+    assert await events(app, f"{uid}-a") == ["thread.created"]
+    # Alone in its batch, the same PUT commits.
+    alone = await batch(client, {"op": "thread.put", "thread_id": f"{uid}-a",
+                                 "if_match": '"1"', "body": {"state": {"v": 2}}})
+    assert alone.status_code == 200, alone.text
+    assert (await client.get(f"/v1/threads/{uid}-a")).json()["revision"] == 2
+    assert await events(app, f"{uid}-a") == ["thread.created", "thread.updated"]
+
+
 async def test_patches_read_ahead_are_judged_as_their_single_requests(
         client: httpx.AsyncClient, app: FastAPI, uid: str) -> None:
     """Patches of two threads or more (their rows read and locked in one statement before the

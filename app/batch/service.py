@@ -60,6 +60,9 @@ class BatchService:
         Idempotency-Key (scoped to the first operation's thread; to the tenant when the first
         operation is a store operation)."""
         first: str | None = getattr(body.operations[0], "thread_id", None)
+        # All or nothing: an operation that would run alone in autocommit (a thread's
+        # conditional PUT) must not commit before the others are judged.
+        self.uow.together = len(body.operations) > 1
         keys = IdempotencyService(self.uow, "batch")
         replay = await keys.begin(first, idempotency)
         if replay is not None:

@@ -40,6 +40,9 @@ class UnitOfWork:
     # The precondition headers the route reads (If-Match, If-None-Match), parsed.
     preconditions: Preconditions = NONE
     events: list[PendingEvent] = field(default_factory=list)
+    # Several changes that commit together (a batch of operations): none of them may
+    # commit alone (`autocommit` says no).
+    together: bool = False
 
     @property
     def tenant_id(self) -> str:
@@ -57,7 +60,7 @@ class UnitOfWork:
         statement timeout is set per transaction). False where it cannot be. The unit runs
         no other statement after that one, unless it calls `transactional` first."""
         if (self.connection.dialect.name != "postgresql" or self.settings.pooled
-                or self.events or self.connection.in_transaction()):
+                or self.together or self.events or self.connection.in_transaction()):
             return False
         await self.connection.execution_options(isolation_level="AUTOCOMMIT")
         # Tracked by SQLAlchemy all the same (no BEGIN is sent): the unit's commit is then
