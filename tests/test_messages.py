@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from app.events.models import Event
-from tests.support import ServerProcess
+from tests.support import ServerProcess, statements
 
 pytestmark = pytest.mark.anyio
 
@@ -220,6 +220,37 @@ async def test_reads_404(client: httpx.AsyncClient, uid: str) -> None:
                    {"role": "r" * 65}, {"after_seq": 2**63}, {"before_seq": -1}):
         bad = await client.get(f"/v1/threads/{uid}/messages", params=params)
         assert bad.status_code == 422, params
+
+
+async def test_a_page_reads_the_thread_and_its_messages_in_one_statement(
+        app: FastAPI, client: httpx.AsyncClient, uid: str) -> None:
+    """A page names its thread by id inside the statement that reads the messages; only an
+    empty page asks again whether the thread is there, so a thread without messages is an
+    empty page and a missing or deleted one a 404, as before."""
+    url = f"/v1/threads/{uid}/messages"
+    await client.post(url, json={"messages": [msg(1), msg(2), msg(3)]})
+    with statements(app) as heard:
+        page = await client.get(url, params={"order": "desc", "limit": 2})
+    assert page.status_code == 200, page.text
+    assert [m["content"] for m in page.json()["data"]] == ["message 3", "message 2"]
+    reads = [s.sql for s in heard if s.sql.startswith("SELECT")]  # SQLite also says BEGIN
+    assert len(reads) == 1 and "FROM messages" in reads[0] and "FROM threads" in reads[0]
+    rest = await client.get(url, params={"order": "desc", "cursor": page.json()["next_cursor"]})
+    assert [m["content"] for m in rest.json()["data"]] == ["message 1"]
+    with statements(app) as heard:
+        none = await client.get(url, params={"after_seq": 3})
+    assert none.status_code == 200 and none.json()["data"] == []
+    assert len([s for s in heard if s.sql.startswith("SELECT")]) == 2
+    await client.post("/v1/threads", json={"thread_id": f"{uid}-empty"})
+    empty = await client.get(f"/v1/threads/{uid}-empty/messages")
+    assert empty.status_code == 200 and empty.json()["data"] == []
+    missing = await client.get(f"/v1/threads/{uid}-none/messages", params={"cursor": "junk"})
+    assert missing.status_code == 404, "a missing thread is said before a bad cursor"
+    revision = (await client.get(f"/v1/threads/{uid}")).headers["etag"]
+    assert (await client.delete(f"/v1/threads/{uid}",
+                                headers={"If-Match": revision})).status_code == 204
+    for params in ({}, {"order": "desc"}, {"view": "full"}):
+        assert (await client.get(url, params=params)).status_code == 404
 
 
 async def test_pagination_over_250_messages_both_orders(client: httpx.AsyncClient,

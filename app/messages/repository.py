@@ -82,14 +82,24 @@ def _append(postgres: bool) -> Any:
             .returning(m.c.message_id))
 
 
+# The key of the live thread named by its id, inside the statement that reads its messages.
+_LIVE_THREAD_PK = (select(t.c.id)
+                   .where(t.c.tenant_id == bindparam("tenant"),
+                          t.c.thread_id == bindparam("thread"), t.c.deleted_at.is_(None))
+                   .scalar_subquery())
+
+
 @cache
 def _page(postgres: bool, as_stored: bool, live: bool, descending: bool, lower: bool,
-          upper: bool, role: bool, agent_name: bool, created_after: bool) -> Any:
+          upper: bool, role: bool, agent_name: bool, created_after: bool,
+          by_thread_id: bool = False) -> Any:
     """The statement of `MessageRepository.page` for one shape of its filters, built once:
     each page is then a lookup of its compiled form, not a statement built, walked for its
-    cache key and compiled again."""
+    cache key and compiled again. `by_thread_id`: the thread named by its id (live only)
+    instead of its key."""
     stmt = select(*_as_stored(postgres)) if as_stored else select(m)
-    stmt = stmt.where(m.c.thread_pk == bindparam("pk", type_=BigInteger),
+    stmt = stmt.where(m.c.thread_pk == (_LIVE_THREAD_PK if by_thread_id
+                                        else bindparam("pk", type_=BigInteger)),
                       m.c.tenant_id == bindparam("tenant"))
     if live:
         stmt = stmt.where(m.c.status == LIVE)
@@ -196,22 +206,26 @@ class MessageRepository:
             select(m).where(self._thread(thread_pk), m.c.message_id == message_id)
         )).first()
 
-    async def page(self, thread_pk: int, *, live: bool, descending: bool, lower: Key | None,
-                   upper: Key | None, role: str | None, agent_name: str | None,
-                   limit: int, created_after: datetime | None = None,
+    async def page(self, thread: int | str, *, live: bool, descending: bool,
+                   lower: Key | None, upper: Key | None, role: str | None,
+                   agent_name: str | None, limit: int, created_after: datetime | None = None,
                    as_stored: bool = False) -> list[AnyRow]:
         """One page of a view in (position, seq) order, strictly between two keys; with
-        `as_stored`, the JSON columns as the text they are stored as.
+        `as_stored`, the JSON columns as the text they are stored as. `thread`: the
+        thread's key, or its id (then no page of a thread that is deleted or absent: an
+        empty page does not say which).
 
         Every bound is a (position, seq) row value, so both backends seek the index to it
         instead of stepping over the rows before it.
         """
+        by_id = isinstance(thread, str)
         stmt = _page(dialect_name(self.connection) == "postgresql", as_stored, live,
                      descending, lower is not None, upper is not None, role is not None,
-                     agent_name is not None, created_after is not None)
-        params: dict[str, Any] = {"pk": thread_pk, "tenant": self.tenant_id, "limit": limit,
+                     agent_name is not None, created_after is not None, by_id)
+        params: dict[str, Any] = {"tenant": self.tenant_id, "limit": limit,
                                   "role": role, "agent_name": agent_name,
-                                  "created_after": created_after}
+                                  "created_after": created_after,
+                                  "thread" if by_id else "pk": thread}
         for name, key in (("lower", lower), ("upper", upper)):
             if key is not None:
                 params[f"{name}_position"], params[f"{name}_seq"] = key

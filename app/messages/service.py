@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from app.core.errors import NotFound, RevisionMismatch, Unprocessable
+from app.core.errors import InvalidCursor, NotFound, RevisionMismatch, Unprocessable
 from app.core.limits import check_metadata
 from app.core.pagination import (
     Page,
@@ -89,12 +89,15 @@ class MessageService:
                    before_seq: int | None = None, role: str | None = None,
                    agent_name: str | None = None, created_after: datetime | None = None,
                    limit: int) -> RenderedPage:
-        thread_pk = await self.threads.live_pk(thread_id)
-        after = decode_cursor(MESSAGE_CURSOR, cursor, 2)
-        if after is not None and not all(
-            type(value) is int and 0 <= value <= ABOVE_ANY_SEQ for value in after
-        ):
-            raise bad_cursor()
+        try:
+            after = decode_cursor(MESSAGE_CURSOR, cursor, 2)
+            if after is not None and not all(
+                type(value) is int and 0 <= value <= ABOVE_ANY_SEQ for value in after
+            ):
+                raise bad_cursor()
+        except InvalidCursor:
+            await self.threads.live_pk(thread_id)  # a missing thread is said first (404)
+            raise
         # Filters and the cursor become (position, seq) bounds: position > after_seq is
         # (position, seq) > (after_seq, ABOVE_ANY_SEQ), position < before_seq is < (before_seq, 0).
         lower = (after_seq, ABOVE_ANY_SEQ) if after_seq is not None else None
@@ -105,11 +108,15 @@ class MessageService:
                 upper = min(upper, key) if upper else key
             else:
                 lower = max(lower, key) if lower else key
+        # The thread and its page in one statement; only an empty page asks whether the
+        # thread is there at all (404, 410).
         rows = await self.repo.page(
-            thread_pk, live=view == "live", descending=order == "desc", lower=lower,
+            thread_id, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
             created_after=created_after, as_stored=True,
         )
+        if not rows:
+            await self.threads.live_pk(thread_id)
         return message_page(rows, limit, self.settings.max_page_bytes)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
