@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     Text,
+    UniqueConstraint,
     bindparam,
     case,
     cast,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ids import new_id
@@ -34,12 +36,16 @@ from app.core.schemas import utc_text
 from app.db import direct
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
+from app.events.models import Event
+from app.events.repository import written_by
 from app.messages.models import Message
 from app.messages.schemas import RENDERED_COLUMNS, MessageIn
 from app.threads.models import Thread
+from app.threads.repository import Expectation, ThreadRepository, advancing, expectation
 
 m = table(Message)
 t = table(Thread)
+e = table(Event)
 # Where a parent link points: (thread id, seq) of the message it names.
 Parent = tuple[str, int]
 # Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
@@ -129,6 +135,44 @@ def checks_ids_on_insert(messages: Sequence[MessageIn]) -> bool:
     return len(messages) == 1 and messages[0].parent_id is None
 
 
+# The constraint a message id the thread has already breaks.
+_TAKEN_ID = str(next(c.name for c in m.constraints if isinstance(c, UniqueConstraint)))
+
+
+def _constraint(error: IntegrityError) -> str | None:
+    """The constraint asyncpg says `error` broke (SQLAlchemy's adapter keeps its error as
+    the cause)."""
+    return getattr(error.orig.__cause__, "constraint_name", None) if error.orig else None
+
+
+# What `_append_alone` takes from its parameters (`MessageRepository.row`'s values); the
+# thread's key, the seq, position and revision come from the thread's UPDATE.
+_FROM_THE_THREAD = ("thread_pk", "seq", "position", "revision")
+
+
+@cache
+def _append_alone(expected: Expectation) -> Any:
+    """Postgres: one message appended as `append` stores it, the thread's `advance` (one seq,
+    one live message more) and the `message.appended` event in one statement, to run alone
+    in autocommit: one round trip where a transaction of them takes five. A taken id fails
+    the statement on the thread's unique constraint, so nothing is written; a thread that
+    is absent, deleted or at another revision (the UPDATE matched nothing) inserts nothing
+    and returns no row."""
+    up = advancing(expected).cte("advanced")
+    own = [c.name for c in m.c if c.name not in _FROM_THE_THREAD]
+    stored = insert(m).from_select(
+        [*_FROM_THE_THREAD, *own],
+        select(up.c.id, up.c.last_seq, up.c.last_seq, up.c.revision,
+               *(bindparam(f"m_{name}", type_=m.c[name].type) for name in own)),
+    ).cte("stored")
+    event = written_by(select(
+        bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
+        literal("message.appended", e.c.type.type), bindparam("resource", type_=e.c.resource.type),
+        up.c.revision, bindparam("thread", type_=e.c.thread_id.type),
+        bindparam("now", type_=e.c.at.type)).select_from(up)).cte("event")
+    return select(up.c.id, up.c.revision, up.c.last_seq).add_cte(stored).add_cte(event)
+
+
 _INSERT = insert(m)
 _TAKEN = (select(m.c.message_id)
           .where(m.c.thread_pk == bindparam("pk"), m.c.tenant_id == bindparam("tenant"),
@@ -200,6 +244,34 @@ class MessageRepository:
             return stored, None
         await self.insert(rows)
         return stored, None
+
+    async def append_alone(self, thread_id: str, message: MessageIn, now: datetime,
+                           expected: Collection[int] | None, actor: str,
+                           resource: str) -> tuple[int, SimpleNamespace] | None:
+        """Postgres, in autocommit: `message` appended to the live thread `thread_id` (at
+        one of the `expected` revisions, when given) with its event, in one statement
+        (`_append_alone`). The thread's new revision and the stored row; None if nothing was
+        written: the thread is not live (or not at an expected revision), or already has the
+        message's id."""
+        values = self.row(0, message, seq=0, position=0, revision=0, now=now)
+        params = {**ThreadRepository(self.connection, self.tenant_id).advance_params(
+                      thread_id, {}, expected, seqs=1, live_delta=1),
+                  **{f"m_{name}": value for name, value in values.items()
+                     if name not in _FROM_THE_THREAD},
+                  "actor": actor, "resource": resource}
+        params["now"] = now
+        try:
+            thread = await direct.first(self.connection, _append_alone(expectation(expected)),
+                                        params)
+        except IntegrityError as error:
+            if _constraint(error) != _TAKEN_ID:
+                raise
+            return None
+        if thread is None:
+            return None
+        values.update(thread_pk=thread.id, seq=thread.last_seq, position=thread.last_seq,
+                      revision=thread.revision)
+        return thread.revision, SimpleNamespace(**values)
 
     async def get(self, thread_pk: int, message_id: str) -> AnyRow | None:
         return (await self.connection.execute(

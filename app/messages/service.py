@@ -19,6 +19,7 @@ from app.core.pagination import (
 )
 from app.core.revisions import Preconditions
 from app.db.base import AnyRow, utcnow
+from app.db.dialect import dialect_name
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.messages.errors import (
@@ -64,6 +65,10 @@ class MessageService:
         """Append one request's messages as one revision. Returns the response body and
         whether it is the replay of an earlier request with the same Idempotency-Key."""
         check_batch(messages, self.settings, "/messages")
+        if idempotency is None and checks_ids_on_insert(messages):
+            alone = await self._append_alone(thread_id, messages[0], pre)
+            if alone is not None:
+                return alone, False
         keys = IdempotencyService(self.uow, "messages")
         replay = await keys.begin(thread_id, idempotency)
         if replay is not None:
@@ -83,6 +88,27 @@ class MessageService:
                          thread_revision=row.revision).model_dump(mode="json")
         await keys.save(row.id, idempotency, 201, body)
         return body, False
+
+    async def _append_alone(self, thread_id: str, message: MessageIn,
+                            pre: Preconditions) -> dict[str, Any] | None:
+        """Postgres: one message, its thread's new revision and its event in one statement
+        that commits by itself (`UnitOfWork.autocommit`, `MessageRepository.append_alone`),
+        the response body. None if it stored nothing (the thread is absent, deleted or at
+        another revision, or has the message's id) or cannot run so: then the transaction
+        does the append and gives its answer (the thread created, 404, 410, 412, 409)."""
+        if dialect_name(self.uow.connection) != "postgresql" or not await self.uow.autocommit():
+            return None
+        resource = messages_path(thread_id)
+        appended = await self.repo.append_alone(
+            thread_id, message, utcnow(), pre.expected_revisions(), self.uow.principal.actor,
+            resource)
+        if appended is None:
+            await self.uow.transactional()
+            return None
+        revision, stored = appended
+        self.uow.recorded("message.appended", resource, revision=revision, thread_id=thread_id)
+        return AppendOut(data=[MessageOut.from_row(stored)],
+                         thread_revision=revision).model_dump(mode="json")
 
     async def list(self, thread_id: str, *, view: View = "live", order: Order = "asc",
                    cursor: str | None = None, after_seq: int | None = None,

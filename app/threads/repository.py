@@ -62,7 +62,7 @@ def _get(lock: Lock, returning: Returning) -> Any:
     return stmt.with_for_update(read=lock == "share", key_share=True) if lock else stmt
 
 
-def _expectation(expected: Collection[int] | None) -> Expectation:
+def expectation(expected: Collection[int] | None) -> Expectation:
     return "any" if expected is None else "one" if len(expected) == 1 else "many"
 
 
@@ -82,6 +82,12 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
         **{name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns},
     )
     return stmt.returning(*(t.c if returning == "all" else _KEYS))
+
+
+def advancing(expected: Expectation) -> Any:
+    """`advance`'s UPDATE (keys back, no values) for a child's one-statement write to read
+    as a CTE; its parameters are `ThreadRepository.advance_params`'."""
+    return _advance((), expected, "keys")
 
 
 # A window of 0: the thread's whole history goes.
@@ -247,15 +253,16 @@ class ThreadRepository:
         until commit, so concurrent appends queue here and seqs never gap or repeat.
         """
         values = values or {}
-        stmt = _advance(tuple(sorted(values)), _expectation(expected), returning)
-        row: AnyRow | None = await direct.first(self.connection, stmt, self._advance_params(
+        stmt = _advance(tuple(sorted(values)), expectation(expected), returning)
+        row: AnyRow | None = await direct.first(self.connection, stmt, self.advance_params(
             thread_id, values, expected, seqs=seqs, live_delta=live_delta))
         return row
 
-    def _advance_params(self, thread_id: str, values: dict[str, Any],
+    def advance_params(self, thread_id: str, values: dict[str, Any],
                         expected: Collection[int] | None, *, seqs: int = 0,
                         live_delta: int = 0) -> dict[str, Any]:
-        """The parameters of `_advance` (and of `_advance_keeping`, which runs it)."""
+        """The parameters of `_advance` (and of the statements that run it: `_advance_keeping`,
+        `advancing`'s)."""
         params = {**self._params(thread_id), "now": utcnow(), "seqs": seqs,
                   "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
         if expected is not None:
@@ -269,8 +276,8 @@ class ThreadRepository:
         `event` (actor, resource) the `thread.updated` event too (`_advance_keeping`). None
         if no live thread (at one of the `expected` revisions, when given) matched: nothing
         was written."""
-        stmt = _advance_keeping(tuple(sorted(values)), _expectation(expected), event is not None)
-        params = {**self._advance_params(thread_id, values, expected), "window": window}
+        stmt = _advance_keeping(tuple(sorted(values)), expectation(expected), event is not None)
+        params = {**self.advance_params(thread_id, values, expected), "window": window}
         if event is not None:
             params["actor"], params["resource"] = event
         row: AnyRow | None = await direct.first(self.connection, stmt, params)
