@@ -408,6 +408,24 @@ async def test_link_uses_the_configured_base_url(settings: Settings, uid: str,
     assert response.headers["link"].startswith("<https://state.example.com/v1/threads?")
 
 
+@pytest.mark.parametrize("path", ["/v1/threads/a b/messages", "/v1/threads/%2F/messages",
+                                  "/v1/threads/é?#\\/messages", "/v1/threads"])
+@pytest.mark.parametrize("query", [b"", b"limit=1", b"cursor=old&limit=2&cursor=older",
+                                   b"a=&b=1&a=2", b"q=%C3%A9+x&plus=a%2Bb", b"flag",
+                                   b"order=desc&limit=20"])
+def test_the_next_link_is_what_starlette_would_build(path: str, query: bytes) -> None:
+    """`next_target` skips building the request's URL; it must give what Starlette's
+    `request.url.include_query_params(cursor=...)` gives, path and query."""
+    from starlette.datastructures import URL
+
+    from app.http.pagination import next_target
+
+    scope = {"type": "http", "scheme": "http", "path": path, "query_string": query,
+             "headers": [(b"host", b"evil.example")], "server": ("127.0.0.1", 8000)}
+    url = URL(scope=scope).include_query_params(cursor="eyJuZXh0Ijo1fQ")
+    assert next_target(scope, "eyJuZXh0Ijo1fQ") == f"{url.path}?{url.query}"
+
+
 # --- keys: 401 first, one Authorization header, write implies read ---------------------------
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -70,7 +71,9 @@ class _Plan:
         return out
 
     def rows(self, records: Sequence[Any]) -> list[Any]:
-        make, processors = self.row._make, self.processors
+        # The named tuple's `_make` without its Python frame (a record has the statement's
+        # columns, so its length check has nothing to find).
+        make, processors = partial(tuple.__new__, self.row), self.processors
         if processors is None:
             return [make(record) for record in records]
         return [make([value if process is None else process(value)

@@ -218,7 +218,8 @@ class MessageOut(RowModel):
         return data
 
 
-_string = json.JSONEncoder(ensure_ascii=False).encode
+# `json.JSONEncoder(ensure_ascii=False).encode` of a string, without its Python frame.
+_string = json.encoder.encode_basestring
 # The columns `render_message` reads, in this order (a row unpacks by position ten times
 # faster than its attributes are read by name).
 RENDERED_COLUMNS = ("message_id", "seq", "position", "role", "content", "item", "name",
