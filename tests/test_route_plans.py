@@ -182,3 +182,53 @@ async def test_writes_answer_what_fastapi_answers(two: Any, uid: str) -> None:
         fastapi = await answer(client, method, _named(url, theirs), **_named(kwargs, theirs))
         app.dependency_overrides.clear()
         same((method, url, planned), (method, url, fastapi), (ours, theirs))
+
+
+# --- the route a DomainRouter chooses (app/http/routing.py) ---------------------------------
+
+SAMPLES = ("t1", "a:b", "latest", "batch", "search", "x y", "1")
+METHODS = ("GET", "HEAD", "PUT", "PATCH", "POST", "DELETE", "OPTIONS")
+
+
+def _paths(template: str) -> set[str]:
+    """The template with each parameter set to every sample (a `path` one to two segments
+    too), including values that other routes' literal segments take."""
+    paths = {template}
+    for name in re.findall(r"{([^}]+)}", template):
+        values = (*SAMPLES, "a/b") if name.endswith(":path") else SAMPLES
+        paths = {path.replace(f"{{{name}}}", value, 1) for path in paths for value in values}
+    return paths
+
+
+async def test_a_domain_router_chooses_the_route_fastapi_chooses(app: FastAPI) -> None:
+    """For every route's path (its parameters set to samples that collide with literal
+    segments: `latest`, `batch`, `a:b`) and every method, each included router answers as
+    FastAPI's own matching does, and where it chose a route itself, the route, its context
+    and the child scope are FastAPI's."""
+    from fastapi.routing import APIRoute, _IncludedRouter
+    from starlette.routing import Match
+
+    from app.http.routing import _SELECTED
+
+    included = [route for route in app.router.routes if isinstance(route, _IncludedRouter)]
+    templates = {route.path_format for router in included
+                 for route in router.original_router.routes if isinstance(route, APIRoute)}
+    chosen = full = 0
+    for path in sorted({path for template in templates for path in _paths(template)}):
+        for method in METHODS:
+            scope = {"type": "http", "method": method, "path": path, "root_path": "",
+                     "headers": [], "query_string": b"", "app": app}
+            for router in included:
+                match, child_scope, route, context = router._match({**scope})
+                full += match == Match.FULL
+                probe = {**scope}
+                assert router.matches(probe)[0] == match, (method, path)
+                selected = probe.get(_SELECTED)
+                if selected is None:
+                    continue
+                chosen += 1
+                assert (match, selected[1], selected[2]) == (Match.FULL, route, context)
+                assert selected[3] == child_scope, (method, path)
+    # Every request FastAPI matches fully, the router chose itself (a silent fallback to
+    # FastAPI's matching would pass the above).
+    assert chosen == full > 500, (chosen, full)
