@@ -56,9 +56,10 @@ def test_an_open_server_answers_only_loopback_host_names(tmp_path: Path) -> None
     url = f"sqlite+aiosqlite:///{tmp_path}/state.db"
     assert agentstate(url, "migrate").returncode == 0
     with ServerProcess(url) as server:
+        # Twice each: the second answer comes from the verdict the server remembered.
         for host, status in ((f"localhost:{server.port}", 200), ("127.0.0.1", 200),
                              (f"[::1]:{server.port}", 200), ("rebound.example", 400),
-                             (f"rebound.example:{server.port}", 400)):
+                             (f"rebound.example:{server.port}", 400)) * 2:
             answer = httpx.get(f"{server.base_url}/v1/threads",
                                headers={"Host": host, "X-Request-ID": "probe-7"}, timeout=10)
             assert answer.status_code == status, (host, answer.text)

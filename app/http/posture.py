@@ -30,13 +30,11 @@ log = logging.getLogger("agentstate.serve")
 
 
 def install_posture(app: Any, settings: Settings) -> None:
-    if settings.allowed_hosts:
-        app.add_middleware(TrustedHosts, allowed_hosts=[*LOOPBACK_HOSTS, *settings.allowed_hosts])
-    elif not settings.require_api_keys:
-        app.add_middleware(TrustedHosts, allowed_hosts=LOOPBACK_HOSTS)
-    app.add_middleware(HeaderLimit, max_bytes=settings.max_header_bytes)
-    # Added last, so outermost: a request over the limit costs no further work.
-    app.add_middleware(InFlightLimit, limit=settings.max_requests_in_flight,
+    hosts = ([*LOOPBACK_HOSTS, *settings.allowed_hosts] if settings.allowed_hosts
+             else None if settings.require_api_keys else LOOPBACK_HOSTS)
+    # Outermost of the application's own layers: a request over a limit costs no more work.
+    app.add_middleware(Posture, allowed_hosts=hosts, max_header_bytes=settings.max_header_bytes,
+                       limit=settings.max_requests_in_flight,
                        retry_after=settings.retry_after_seconds)
 
 
@@ -55,77 +53,82 @@ async def _refuse(scope: Scope, send: Send, status: int, code: str, title: str,
     await send({"type": "http.response.body", "body": body})
 
 
-class TrustedHosts:
-    """Starlette's TrustedHostMiddleware decides which `Host` names pass; its refusal (plain
-    text) is replaced by a problem."""
+class Posture:
+    """The module's three checks, in this order, as one layer (a layer is a frame every
+    request enters, and enters again each time it waits): the requests in flight (not
+    /healthz), the size of the header fields, then, when `allowed_hosts` is given, the
+    `Host` name (Starlette's TrustedHostMiddleware decides; its refusal, plain text, is
+    replaced by a problem)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: list[str]) -> None:
+    KNOWN_HOSTS = 256  # Host values whose verdict is remembered
+
+    def __init__(self, app: ASGIApp, allowed_hosts: list[str] | None, max_header_bytes: int,
+                 limit: int, retry_after: int) -> None:
         self.app = app
-        self.matcher = TrustedHostMiddleware(self._passed, allowed_hosts=allowed_hosts,
-                                             www_redirect=False)
-
-    @staticmethod
-    async def _passed(scope: Scope, receive: Receive, send: Send) -> None:
-        scope["agentstate.host_passed"] = True
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
-            await self.app(scope, receive, send)
-            return
-        probe = dict(scope)
-
-        async def discard(message: Message) -> None:
-            pass
-
-        await self.matcher(probe, receive, discard)
-        if probe.get("agentstate.host_passed"):
-            await self.app(scope, receive, send)
-        else:
-            await _refuse(scope, send, 400, "host_not_allowed", "Bad Request",
-                          "The Host header names no host this server answers for; an "
-                          "operator can add it to AGENTSTATE_ALLOWED_HOSTS.")
-
-
-class HeaderLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            # Header fields only: a long request target is the application's 414.
-            size = sum(len(name) + len(value) + 4 for name, value in scope["headers"])
-            if size > self.max_bytes:
-                await _refuse(scope, send, 431, "headers_too_large",
-                              "Request Header Fields Too Large",
-                              "The request head is larger than this server accepts.")
-                return
-        await self.app(scope, receive, send)
-
-
-class InFlightLimit:
-    """At most `limit` requests of this worker in the application at once; the next one is
-    refused (module docstring) until one of them ends."""
-
-    def __init__(self, app: ASGIApp, limit: int, retry_after: int) -> None:
-        self.app = app
+        self.max_header_bytes = max_header_bytes
         self.limit = limit
         self.retry_after = str(retry_after).encode()
         self.in_flight = 0
+        self.matcher = (None if allowed_hosts is None else TrustedHostMiddleware(
+            self._passed, allowed_hosts=allowed_hosts, www_redirect=False))
+        self._verdicts: dict[bytes | None, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/healthz":
+        if scope["type"] == "websocket" and not await self._host_allowed(scope, receive):
+            await self._refuse_host(scope, send)
+            return
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
+        counted = scope["path"] != "/healthz"
+        if counted and self.in_flight >= self.limit:
             log.warning("refused a request: %d in flight", self.in_flight)
             await _refuse(scope, send, 503, "overloaded", "Service Unavailable",
                           "This server is serving as many requests as it is configured to "
                           "(AGENTSTATE_MAX_REQUESTS_IN_FLIGHT); retry after the interval "
                           "in Retry-After.", ((b"retry-after", self.retry_after),))
             return
-        self.in_flight += 1
+        self.in_flight += counted
         try:
-            await self.app(scope, receive, send)
+            # Header fields only: a long request target is the application's 414.
+            if sum(len(name) + len(value) + 4
+                   for name, value in scope["headers"]) > self.max_header_bytes:
+                await _refuse(scope, send, 431, "headers_too_large",
+                              "Request Header Fields Too Large",
+                              "The request head is larger than this server accepts.")
+            elif not await self._host_allowed(scope, receive):
+                await self._refuse_host(scope, send)
+            else:
+                await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.in_flight -= counted
+
+    async def _host_allowed(self, scope: Scope, receive: Receive) -> bool:
+        """The matcher's verdict on the request's (first) `Host` value, asked once per
+        value."""
+        if self.matcher is None:
+            return True
+        host = next((value for name, value in scope["headers"] if name == b"host"), None)
+        verdict = self._verdicts.get(host)
+        if verdict is None:
+            probe = dict(scope)
+
+            async def discard(message: Message) -> None:
+                pass
+
+            await self.matcher(probe, receive, discard)
+            verdict = bool(probe.get("agentstate.host_passed"))
+            if len(self._verdicts) >= self.KNOWN_HOSTS:
+                self._verdicts.clear()
+            self._verdicts[host] = verdict
+        return verdict
+
+    @staticmethod
+    async def _passed(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["agentstate.host_passed"] = True
+
+    @staticmethod
+    async def _refuse_host(scope: Scope, send: Send) -> None:
+        await _refuse(scope, send, 400, "host_not_allowed", "Bad Request",
+                      "The Host header names no host this server answers for; an "
+                      "operator can add it to AGENTSTATE_ALLOWED_HOSTS.")
