@@ -8,11 +8,10 @@ import re
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import (
     AbstractAsyncContextManager,
     asynccontextmanager,
-    contextmanager,
     nullcontext,
 )
 from pathlib import Path
@@ -284,23 +283,23 @@ class Database:
         """A connection for reads. Closing it ends SQLite's read transaction; on Postgres
         each statement commits by itself. A database that cannot be reached or used is a
         503 `ServiceUnavailable` (see `unavailable`), from the connect to the last statement."""
-        with self._answered():
+        try:
             async with self._reads.connect() as connection:
                 yield connection
+        except FAILURES as exc:
+            error = self.unavailable(exc)
+            if error is None:
+                raise
+            raise error from exc
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A write transaction, begun by its first statement; the caller commits. Anything
         not committed (an exception, an early return) is rolled back on the way out. Failures
         of the database are a 503, as in `read`."""
-        with self._answered():
+        try:
             async with self._writer(), self._writes.connect() as connection:
                 yield connection
-
-    @contextmanager
-    def _answered(self) -> Iterator[None]:
-        try:
-            yield
         except FAILURES as exc:
             error = self.unavailable(exc)
             if error is None:
