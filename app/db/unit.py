@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.principal import Principal
@@ -62,18 +63,14 @@ class UnitOfWork:
         if (self.connection.dialect.name != "postgresql" or self.settings.pooled
                 or self.together or self.events or self.connection.in_transaction()):
             return False
-        await self.connection.execution_options(isolation_level="AUTOCOMMIT")
-        # Tracked by SQLAlchemy all the same (no BEGIN is sent): the unit's commit is then
-        # its commit, with the `commit` event the database's health listens to.
-        await self.connection.begin()
+        # One trip through SQLAlchemy's greenlet for both.
+        await self.connection.run_sync(_alone)
         return True
 
     async def transactional(self) -> None:
         """Back from `autocommit`, after a statement that stored nothing: the next statement
         begins the unit's transaction."""
-        await self.connection.rollback()  # SQLAlchemy's record of it; nothing to undo
-        await self.connection.execution_options(
-            isolation_level=self.connection.default_isolation_level)
+        await self.connection.run_sync(_together)
 
     def hand_over(self, since: int) -> list[PendingEvent]:
         """The events queued from index `since` on, for the change's own statement to write
@@ -91,3 +88,15 @@ class UnitOfWork:
         when no event is pending: events keep the order of their changes."""
         assert not any(not event.stored for event in self.events)
         self.events.append(PendingEvent(type, resource, revision, thread_id, stored=True))
+
+
+def _alone(connection: Connection) -> None:
+    connection.execution_options(isolation_level="AUTOCOMMIT")
+    # Tracked by SQLAlchemy all the same (no BEGIN is sent): the unit's commit is then its
+    # commit, with the `commit` event the database's health listens to.
+    connection.begin()
+
+
+def _together(connection: Connection) -> None:
+    connection.rollback()  # SQLAlchemy's record of it; nothing to undo
+    connection.execution_options(isolation_level=connection.default_isolation_level)
