@@ -3,11 +3,11 @@
 `DomainRouter` says at once, with one regular expression, when a path matches none of its
 routes: FastAPI tries an application's routes one at a time, router by router (about 25
 Python calls a route), and a store search came after 55 routes, a checkpoint read after 44.
-The same expression names the first of its routes whose path matches; when that route
-takes the method too, it is the route FastAPI would choose, and the router hands the
-request to it as FastAPI (0.165) does, instead of trying its routes one at a time twice
-(once to match, once to handle). Anything else (a path two routes share with different
-methods, a FastAPI without these internals) goes through FastAPI's own matching.
+The same expression names the first of its routes whose path matches; from there, the
+first route whose path and method match is the route FastAPI would choose, and the router
+hands the request to it as FastAPI (0.165) does, instead of trying its routes one at a
+time twice (once to match, once to handle). A request no route takes fully (its 405, a
+HEAD) and a FastAPI without these internals go through FastAPI's own matching.
 
 `DomainRoute`, the route class of every `DomainRouter` and of the application's own routes
 (FastAPI's documented way to change how a route handles its request, "Custom Request and

@@ -258,8 +258,8 @@ class MessageRepository:
                       thread_id, {}, expected, seqs=1, live_delta=1),
                   **{f"m_{name}": value for name, value in values.items()
                      if name not in _FROM_THE_THREAD},
-                  "actor": actor, "resource": resource}
-        params["now"] = now
+                  "actor": actor, "resource": resource,
+                  "now": now}  # the thread's, the message's and the event's time alike
         try:
             thread = await direct.first(self.connection, _append_alone(expectation(expected)),
                                         params)

@@ -135,7 +135,7 @@ class MessageService:
             else:
                 lower = max(lower, key) if lower else key
         # The thread and its page in one statement; only an empty page asks whether the
-        # thread is there at all (404, 410).
+        # thread is there at all (404).
         rows = await self.repo.page(
             thread_id, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
