@@ -537,10 +537,12 @@ async def test_values_collected_while_a_save_that_refers_to_them_waits_are_refus
                      {"digest": digest("bytes", base64.b64decode(m))} for m in log] + more})
         save = asyncio.create_task(client.post(base, json=body("c2", {"log": 2}, [value],
                                                                parent="c1")))
-        for _ in range(200):  # until the save waits for the lock
+        for _ in range(200):  # until the save waits for this thread's lock (not another's)
             if await collector.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' "
-                    "AND datname = current_database()"):
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND classid = $1 AND objid = $2 AND objsubid = 2 "
+                    "AND database = (SELECT oid FROM pg_database "
+                    "WHERE datname = current_database())", 0x61676370, pk % 2**31):
                 break
             await asyncio.sleep(0.05)
         else:
