@@ -217,6 +217,46 @@ async def test_an_append_of_one_message_is_one_statement_on_postgres(
     assert [m["id"] for m in await all_messages(client, uid)] == ["a", "b", "same"]
 
 
+async def test_an_append_of_several_messages_stores_what_the_transaction_stores(
+        app: FastAPI, client: httpx.AsyncClient, uid: str, backend: str) -> None:
+    """Several messages go in one statement too (an array per column, unnested in order);
+    what it stores and answers is what the transaction stores and answers (an
+    Idempotency-Key takes the transaction), content parts and bare-number items included."""
+    messages = [msg(1, content=[{"type": "text", "text": "é ✓"}, {"type": "text", "text": ""}],
+                    name="al"),
+                msg(2, role="assistant", content=None, tool_calls=[
+                    {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]),
+                msg(3, role="tool", content="42", tool_call_id="c", item=2.5,
+                    metadata={"z": 1, "a": 2}, agent_name="ag"),
+                msg(4, item=[1, [2, {"k": None}]])]
+    answers, ids = {}, {}
+    for name, headers in (("alone", {}), ("transaction", {"Idempotency-Key": f"k-{uid}"})):
+        await client.post("/v1/threads", json={"thread_id": f"{uid}-{name}"})
+        with statements(app) as heard:
+            posted = await client.post(f"/v1/threads/{uid}-{name}/messages",
+                                       json={"messages": messages}, headers=headers)
+        assert posted.status_code == 201, posted.text
+        writes = [s.sql for s in heard if s.sql.startswith(("WITH", "UPDATE", "INSERT"))]
+        if backend == "postgres":
+            assert (len(writes) == 1) == (name == "alone"), writes
+        page = (await client.get(f"/v1/threads/{uid}-{name}/messages")).json()["data"]
+        assert posted.json()["data"] == page
+        answers[name] = [{k: v for k, v in m.items() if k not in ("id", "created_at")}
+                         for m in page]
+        ids[name] = [m["id"] for m in page]
+    assert answers["alone"] == answers["transaction"]
+    assert [m["seq"] for m in answers["alone"]] == [1, 2, 3, 4]
+    assert await events_of(app, f"{uid}-alone") == [
+        ("thread.created", 1, f"/v1/threads/{uid}-alone"),
+        ("message.appended", 2, f"/v1/threads/{uid}-alone/messages")]
+    # A taken id among several: nothing is written, as by the transaction.
+    taken = await client.post(f"/v1/threads/{uid}-alone/messages", json={"messages": [
+        msg(5, id="fresh"), msg(6, id=ids["alone"][0])]})
+    assert taken.status_code == 409, taken.text
+    thread = (await client.get(f"/v1/threads/{uid}-alone")).json()
+    assert (thread["revision"], thread["message_count"]) == (2, 4)
+
+
 async def test_if_match_on_append_and_deleted_threads(client: httpx.AsyncClient,
                                                       uid: str) -> None:
     url = f"/v1/threads/{uid}/messages"

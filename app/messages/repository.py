@@ -18,16 +18,19 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    column,
     delete,
     func,
     insert,
     literal,
     literal_column,
     select,
+    true,
     tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -148,23 +151,35 @@ def _constraint(error: IntegrityError) -> str | None:
 # What `_append_alone` takes from its parameters (`MessageRepository.row`'s values); the
 # thread's key, the seq, position and revision come from the thread's UPDATE.
 _FROM_THE_THREAD = ("thread_pk", "seq", "position", "revision")
+# Of those, what differs between the messages of one append (an array each, unnested).
+_PER_MESSAGE = ("message_id", "role", "content", "item", "name", "tool_calls", "tool_call_id",
+                "agent_name", "metadata")
 
 
 @cache
-def _append_alone(expected: Expectation) -> Any:
-    """Postgres: one message appended as `append` stores it, the thread's `advance` (one seq,
-    one live message more) and the `message.appended` event in one statement, to run alone
-    in autocommit: one round trip where a transaction of them takes five. A taken id fails
-    the statement on the thread's unique constraint, so nothing is written; a thread that
-    is absent, deleted or at another revision (the UPDATE matched nothing) inserts nothing
-    and returns no row."""
+def _append_alone(expected: Expectation, several: bool) -> Any:
+    """Postgres: messages appended as `append` stores them, the thread's `advance` (a seq
+    each, as many live messages more) and the `message.appended` event in one statement, to
+    run alone in autocommit: one round trip where a transaction of them takes five or six.
+    One message binds its values; `several` bind an array per column of `_PER_MESSAGE`,
+    unnested in order (one SQL text for any count). A taken id fails the statement on the
+    thread's unique constraint, so nothing is written; a thread that is absent, deleted or
+    at another revision (the UPDATE matched nothing) inserts nothing and returns no row."""
     up = advancing(expected).cte("advanced")
     own = [c.name for c in m.c if c.name not in _FROM_THE_THREAD]
-    stored = insert(m).from_select(
-        [*_FROM_THE_THREAD, *own],
-        select(up.c.id, up.c.last_seq, up.c.last_seq, up.c.revision,
-               *(bindparam(f"m_{name}", type_=m.c[name].type) for name in own)),
-    ).cte("stored")
+    if several:
+        new = func.unnest(*(bindparam(f"m_{name}", type_=ARRAY(m.c[name].type, dimensions=1))
+                            for name in _PER_MESSAGE)).table_valued(
+            *(column(name, m.c[name].type) for name in _PER_MESSAGE),
+            with_ordinality="ord").render_derived()
+        seq = up.c.last_seq - bindparam("seqs", type_=BigInteger) + new.c.ord
+        source = select(up.c.id, seq, seq, up.c.revision, *(
+            new.c[name] if name in _PER_MESSAGE else bindparam(f"m_{name}", type_=m.c[name].type)
+            for name in own)).select_from(up).join(new, true()).order_by(new.c.ord)
+    else:
+        source = select(up.c.id, up.c.last_seq, up.c.last_seq, up.c.revision,
+                        *(bindparam(f"m_{name}", type_=m.c[name].type) for name in own))
+    stored = insert(m).from_select([*_FROM_THE_THREAD, *own], source).cte("stored")
     event = written_by(select(
         bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
         literal("message.appended", e.c.type.type), bindparam("resource", type_=e.c.resource.type),
@@ -245,33 +260,38 @@ class MessageRepository:
         await self.insert(rows)
         return stored, None
 
-    async def append_alone(self, thread_id: str, message: MessageIn, now: datetime,
+    async def append_alone(self, thread_id: str, messages: Sequence[MessageIn], now: datetime,
                            expected: Collection[int] | None, actor: str,
-                           resource: str) -> tuple[int, SimpleNamespace] | None:
-        """Postgres, in autocommit: `message` appended to the live thread `thread_id` (at
-        one of the `expected` revisions, when given) with its event, in one statement
-        (`_append_alone`). The thread's new revision and the stored row; None if nothing was
-        written: the thread is not live (or not at an expected revision), or already has the
-        message's id."""
-        values = self.row(0, message, seq=0, position=0, revision=0, now=now)
+                           resource: str) -> tuple[int, list[SimpleNamespace]] | None:
+        """Postgres, in autocommit: `messages` (none with a parent link) appended to the live
+        thread `thread_id` (at one of the `expected` revisions, when given) with their event,
+        in one statement (`_append_alone`). The thread's new revision and the stored rows;
+        None if nothing was written: the thread is not live (or not at an expected
+        revision), or already has one of the messages' ids."""
+        rows = [self.row(0, message, seq=0, position=0, revision=0, now=now)
+                for message in messages]
+        several = len(rows) > 1
         params = {**ThreadRepository(self.connection, self.tenant_id).advance_params(
-                      thread_id, {}, expected, seqs=1, live_delta=1),
-                  **{f"m_{name}": value for name, value in values.items()
-                     if name not in _FROM_THE_THREAD},
+                      thread_id, {}, expected, seqs=len(rows), live_delta=len(rows)),
+                  **{f"m_{name}": ([row[name] for row in rows]
+                                   if several and name in _PER_MESSAGE else rows[0][name])
+                     for name in rows[0] if name not in _FROM_THE_THREAD},
                   "actor": actor, "resource": resource,
-                  "now": now}  # the thread's, the message's and the event's time alike
+                  "now": now}  # the thread's, the messages' and the event's time alike
         try:
-            thread = await direct.first(self.connection, _append_alone(expectation(expected)),
-                                        params)
+            thread = await direct.first(
+                self.connection, _append_alone(expectation(expected), several), params)
         except IntegrityError as error:
             if _constraint(error) != _TAKEN_ID:
                 raise
             return None
         if thread is None:
             return None
-        values.update(thread_pk=thread.id, seq=thread.last_seq, position=thread.last_seq,
-                      revision=thread.revision)
-        return thread.revision, SimpleNamespace(**values)
+        first = thread.last_seq - len(rows) + 1
+        for index, row in enumerate(rows):
+            row.update(thread_pk=thread.id, seq=first + index, position=first + index,
+                       revision=thread.revision)
+        return thread.revision, [SimpleNamespace(**row) for row in rows]
 
     async def get(self, thread_pk: int, message_id: str) -> AnyRow | None:
         return (await self.connection.execute(

@@ -65,8 +65,8 @@ class MessageService:
         """Append one request's messages as one revision. Returns the response body and
         whether it is the replay of an earlier request with the same Idempotency-Key."""
         check_batch(messages, self.settings, "/messages")
-        if idempotency is None and checks_ids_on_insert(messages):
-            alone = await self._append_alone(thread_id, messages[0], pre)
+        if idempotency is None and messages and not any(m.parent_id for m in messages):
+            alone = await self._append_alone(thread_id, messages, pre)
             if alone is not None:
                 return alone, False
         keys = IdempotencyService(self.uow, "messages")
@@ -89,9 +89,9 @@ class MessageService:
         await keys.save(row.id, idempotency, 201, body)
         return body, False
 
-    async def _append_alone(self, thread_id: str, message: MessageIn,
+    async def _append_alone(self, thread_id: str, messages: list[MessageIn],
                             pre: Preconditions) -> dict[str, Any] | None:
-        """Postgres: one message, its thread's new revision and its event in one statement
+        """Postgres: the messages, their thread's new revision and its event in one statement
         that commits by itself (`UnitOfWork.autocommit`, `MessageRepository.append_alone`),
         the response body. None if it stored nothing (the thread is absent, deleted or at
         another revision, or has the message's id) or cannot run so: then the transaction
@@ -100,14 +100,14 @@ class MessageService:
             return None
         resource = messages_path(thread_id)
         appended = await self.repo.append_alone(
-            thread_id, message, utcnow(), pre.expected_revisions(), self.uow.principal.actor,
+            thread_id, messages, utcnow(), pre.expected_revisions(), self.uow.principal.actor,
             resource)
         if appended is None:
             await self.uow.transactional()
             return None
         revision, stored = appended
         self.uow.recorded("message.appended", resource, revision=revision, thread_id=thread_id)
-        return AppendOut(data=[MessageOut.from_row(stored)],
+        return AppendOut(data=[MessageOut.from_row(row) for row in stored],
                          thread_revision=revision).model_dump(mode="json")
 
     async def list(self, thread_id: str, *, view: View = "live", order: Order = "asc",
