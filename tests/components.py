@@ -243,11 +243,15 @@ backend agentstate
         return self
 
     def states(self) -> dict[str, str]:
-        """Each instance's state as HAProxy sees it (UP, DOWN, ...), from its stats socket."""
+        """Each instance's state as HAProxy sees it (UP, DOWN, ...), from its stats socket;
+        none yet while HAProxy has not opened it (it listens on its port first)."""
         import socket
 
         with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(self.socket))
+            try:
+                sock.connect(str(self.socket))
+            except (FileNotFoundError, ConnectionRefusedError):
+                return {}
             sock.sendall(b"show stat\n")
             data = b""
             while chunk := sock.recv(65536):
