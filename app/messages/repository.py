@@ -39,16 +39,19 @@ from app.core.schemas import utc_text
 from app.db import direct
 from app.db.base import AnyRow, table
 from app.db.dialect import dialect_name
-from app.events.models import Event
-from app.events.repository import written_by
 from app.messages.models import Message
 from app.messages.schemas import RENDERED_COLUMNS, MessageIn
 from app.threads.models import Thread
-from app.threads.repository import Expectation, ThreadRepository, advancing, expectation
+from app.threads.repository import (
+    Expectation,
+    ThreadRepository,
+    advanced_event,
+    advancing,
+    expectation,
+)
 
 m = table(Message)
 t = table(Thread)
-e = table(Event)
 # Where a parent link points: (thread id, seq) of the message it names.
 Parent = tuple[str, int]
 # Rendered as a literal, not a parameter: Postgres can only prove a partial index's predicate
@@ -180,12 +183,8 @@ def _append_alone(expected: Expectation, several: bool) -> Any:
         source = select(up.c.id, up.c.last_seq, up.c.last_seq, up.c.revision,
                         *(bindparam(f"m_{name}", type_=m.c[name].type) for name in own))
     stored = insert(m).from_select([*_FROM_THE_THREAD, *own], source).cte("stored")
-    event = written_by(select(
-        bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
-        literal("message.appended", e.c.type.type), bindparam("resource", type_=e.c.resource.type),
-        up.c.revision, bindparam("thread", type_=e.c.thread_id.type),
-        bindparam("now", type_=e.c.at.type)).select_from(up)).cte("event")
-    return select(up.c.id, up.c.revision, up.c.last_seq).add_cte(stored).add_cte(event)
+    return (select(up.c.id, up.c.revision, up.c.last_seq).add_cte(stored)
+            .add_cte(advanced_event(up, "message.appended")))
 
 
 _INSERT = insert(m)

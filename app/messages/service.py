@@ -19,7 +19,6 @@ from app.core.pagination import (
 )
 from app.core.revisions import Preconditions
 from app.db.base import AnyRow, utcnow
-from app.db.dialect import dialect_name
 from app.db.unit import UnitOfWork
 from app.idempotency.service import IdempotencyRequest, IdempotencyService
 from app.messages.errors import (
@@ -96,7 +95,7 @@ class MessageService:
         the response body. None if it stored nothing (the thread is absent, deleted or at
         another revision, or has the message's id) or cannot run so: then the transaction
         does the append and gives its answer (the thread created, 404, 410, 412, 409)."""
-        if dialect_name(self.uow.connection) != "postgresql" or not await self.uow.autocommit():
+        if not await self.uow.autocommit():  # Postgres only
             return None
         resource = messages_path(thread_id)
         appended = await self.repo.append_alone(

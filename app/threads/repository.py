@@ -90,6 +90,17 @@ def advancing(expected: Expectation) -> Any:
     return _advance((), expected, "keys")
 
 
+def advanced_event(advanced: Any, type: str) -> Any:
+    """The CTE that writes the event `type` of the thread the CTE `advanced` (`_advance`)
+    moved, at its new revision: the parameters `tenant`, `thread`, `now` of the UPDATE, and
+    `actor` and `resource`."""
+    return written_by(select(
+        bindparam("tenant", type_=e.c.tenant_id.type), bindparam("actor", type_=e.c.actor.type),
+        literal(type, e.c.type.type), bindparam("resource", type_=e.c.resource.type),
+        advanced.c.revision, bindparam("thread", type_=e.c.thread_id.type),
+        bindparam("now", type_=e.c.at.type)).select_from(advanced)).cte("event")
+
+
 # A window of 0: the thread's whole history goes.
 _FORGET_HISTORY = delete(h).where(h.c.tenant_id == bindparam("tenant"),
                                   h.c.thread_pk == bindparam("pk"))
@@ -162,13 +173,7 @@ def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event
         or_(bound(bounds.c.window) <= 0, h.c.revision < bound(bounds.c.floor))).cte("pruned")
     stmt = select(*(up.c[c.name] for c in t.c)).add_cte(copy).add_cte(pruned)
     if with_event:
-        stmt = stmt.add_cte(written_by(select(
-            bindparam("tenant", type_=e.c.tenant_id.type),
-            bindparam("actor", type_=e.c.actor.type),
-            literal("thread.updated", e.c.type.type),
-            bindparam("resource", type_=e.c.resource.type), up.c.revision,
-            bindparam("thread", type_=e.c.thread_id.type), bindparam("now", type_=e.c.at.type),
-        ).select_from(up)).cte("event"))
+        stmt = stmt.add_cte(advanced_event(up, "thread.updated"))
     return stmt
 
 
