@@ -106,6 +106,10 @@ def create_app(settings: Settings | None = None, *,
         generate_unique_id_function=operation_id,
         docs_url=None,
         redoc_url=None,
+        # Traces are app/http/tracing.py's, metrics /metrics', logs app/core/logging.py's.
+        # FastAPI's own would start by themselves once anything in the process sets a global
+        # OpenTelemetry provider, and ask whether one is set on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     # Routes added to the application itself (not through a DomainRouter) may hold a unit of
     # work too (app/http/dependencies.py).

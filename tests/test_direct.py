@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Coroutine, Generator
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.principal import OPEN_TENANT
 from app.db import direct
@@ -75,6 +80,63 @@ async def test_its_rows_are_sqlalchemys(app: FastAPI, client: httpx.AsyncClient,
         assert await direct.first(connection, _get(None, "all"),
                                   {"tenant": OPEN_TENANT, "thread": f"no-{uid}"}) is None
         await connection.rollback()
+
+
+class Counted:
+    """Awaits a coroutine, counting the times it waits (hands the event loop a future)."""
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        self.coroutine = coroutine
+        self.waits = 0
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        value = None
+        while True:
+            try:
+                waiting_for = self.coroutine.send(value)
+            except StopIteration as done:
+                return done.value
+            self.waits += 1
+            value = yield waiting_for
+
+
+async def waits_to_close(connection: AsyncConnection) -> bool:
+    closing = Counted(connection.close())
+    await closing
+    return closing.waits > 0
+
+
+async def test_a_connection_is_closed_at_once_only_where_closing_cannot_wait(
+    app: FastAPI, uid: str
+) -> None:
+    """A request's connection is closed without SQLAlchemy's shielded task (a task and a turn
+    of the event loop) only where the close sends nothing: no transaction to roll back, and
+    room in the pool. Elsewhere it may wait, and must not be abandoned partway."""
+    db = app.state.db
+    async with db.read() as connection:
+        await connection.execute(text("SELECT 1"))
+        assert direct.closes_quietly(connection)
+    async with db.write() as connection:
+        await connection.execute(text("SELECT 1"))
+        assert not direct.closes_quietly(connection)  # its transaction is to be rolled back
+        await connection.commit()
+        assert direct.closes_quietly(connection)
+    # Proved on connections of its own: quiet means closed in one step.
+    read = await db.engine.execution_options(isolation_level="AUTOCOMMIT").connect()
+    await read.execute(text("SELECT 1"))
+    assert direct.closes_quietly(read)
+    assert not await waits_to_close(read)
+    # A pool with no room: the connection beyond its size is closed, which waits.
+    pool = db.engine.pool
+    async with AsyncExitStack() as held:
+        others = [await held.enter_async_context(db.read()) for _ in range(pool.size())]
+        beyond = await held.enter_async_context(db.read())
+        for connection in others:
+            await connection.close()
+        assert pool.checkedin() == pool.size()
+        assert not direct.closes_quietly(beyond)
+        assert await waits_to_close(beyond)
+    assert pool.checkedout() == 0 and pool.checkedin() == pool.size()
 
 
 # What app.db.direct sees, at import, of a SQLAlchemy release whose asyncpg adapter renamed the

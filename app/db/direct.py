@@ -38,6 +38,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.base import ExceptionContextImpl
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.sql.dml import Insert
 
 from app.db.tenancy import require_scoped
@@ -260,6 +261,23 @@ def fallback_reason(dialect: Any) -> str | None:
 
 def _direct(connection: AsyncConnection) -> bool:
     return _SUPPORTED and connection.dialect.driver == "asyncpg"
+
+
+def closes_quietly(connection: AsyncConnection) -> bool:
+    """Whether closing `connection` sends nothing to the database, so runs to its end in one
+    step that no cancellation can interrupt: asyncpg with no transaction to roll back (one
+    SQLAlchemy began in autocommit is bookkeeping only), returned into a queue pool with room
+    for it (a full one closes the connection).
+    SQLAlchemy's own `async with` closes in a task of its own, shielded, in case it waits:
+    a task and a turn of the event loop more on every request."""
+    if not _direct(connection):
+        return False
+    sync = connection.sync_connection
+    if sync is None or sync.closed or sync.invalidated:
+        return False
+    pool = sync.engine.pool
+    return (sync.connection.dbapi_connection._transaction is None  # type: ignore[union-attr]
+            and isinstance(pool, QueuePool) and pool.checkedin() < pool.size())
 
 
 async def rows(connection: AsyncConnection, stmt: Any, params: Params) -> list[Any]:

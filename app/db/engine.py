@@ -27,6 +27,7 @@ from app.core.errors import ServiceUnavailable
 from app.core.jsonutil import dumps, sqlite_contains, sqlite_json_equal
 from app.core.settings import Settings, data_dir, sqlite_file
 from app.db.diagnosis import FAILURES, Diagnosis, unavailable
+from app.db.direct import closes_quietly
 
 _LAST_USED = "agentstate_last_used"
 # Execution option that marks a connection as the write transaction of a request.
@@ -246,6 +247,16 @@ def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
 
+async def _close(connection: AsyncConnection) -> None:
+    """Close `connection`: at once where that cannot wait (`closes_quietly`), else as
+    `async with` does, to its end even if the request is cancelled meanwhile."""
+    sync = connection.sync_connection
+    if sync is not None and closes_quietly(connection):
+        sync.close()  # nothing in it waits: no trip through SQLAlchemy's greenlet
+    else:
+        await connection.__aexit__(None, None, None)
+
+
 class Database:
     """The engine and the request connections; one per running application."""
 
@@ -284,8 +295,11 @@ class Database:
         each statement commits by itself. A database that cannot be reached or used is a
         503 `ServiceUnavailable` (see `unavailable`), from the connect to the last statement."""
         try:
-            async with self._reads.connect() as connection:
+            connection = await self._reads.connect()
+            try:
                 yield connection
+            finally:
+                await _close(connection)
         except FAILURES as exc:
             error = self.unavailable(exc)
             if error is None:
@@ -298,8 +312,12 @@ class Database:
         not committed (an exception, an early return) is rolled back on the way out. Failures
         of the database are a 503, as in `read`."""
         try:
-            async with self._writer(), self._writes.connect() as connection:
-                yield connection
+            async with self._writer():
+                connection = await self._writes.connect()
+                try:
+                    yield connection
+                finally:
+                    await _close(connection)
         except FAILURES as exc:
             error = self.unavailable(exc)
             if error is None:

@@ -116,7 +116,9 @@ class _Param:
         elif self.many:
             raw = request.query_params.getlist(self.alias) or None
         else:
-            raw = request.query_params.get(self.alias)
+            query = request.query_params
+            # Not `get`: Mapping's raises and catches a KeyError for an absent parameter.
+            raw = query[self.alias] if self.alias in query else None  # noqa: SIM401
         if raw is None:
             if self.required:
                 raise _Refused

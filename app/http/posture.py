@@ -108,7 +108,11 @@ class Posture:
         value."""
         if self.matcher is None:
             return True
-        host = next((value for name, value in scope["headers"] if name == b"host"), None)
+        host = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+                break
         verdict = self._verdicts.get(host)
         if verdict is None:
             probe = dict(scope)
