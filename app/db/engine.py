@@ -8,14 +8,9 @@ import re
 import socket
 import stat
 import time
-from collections.abc import AsyncIterator
-from contextlib import (
-    AbstractAsyncContextManager,
-    asynccontextmanager,
-    nullcontext,
-)
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, NoReturn
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
@@ -247,6 +242,42 @@ def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
 
+class Connected:
+    """`Database.read()` and `write()`: an async context manager of a connection (a class,
+    not a generator: every request enters one)."""
+
+    __slots__ = ("_connection", "_db", "_engine", "_lock")
+
+    def __init__(self, db: Database, engine: AsyncEngine, lock: asyncio.Lock | None) -> None:
+        self._db, self._engine, self._lock = db, engine, lock
+
+    async def __aenter__(self) -> AsyncConnection:
+        if self._lock is not None:
+            await self._lock.acquire()
+        connected = False
+        try:
+            self._connection = await self._engine.connect()
+            connected = True
+        except FAILURES as exc:
+            self._db.raise_answer(exc)
+        finally:
+            if not connected and self._lock is not None:
+                self._lock.release()
+        return self._connection
+
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        _traceback: TracebackType | None) -> None:
+        try:
+            await _close(self._connection)
+        except FAILURES as exc:
+            self._db.raise_answer(exc)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+        if isinstance(error, FAILURES):  # a statement's, answered as the connect's
+            self._db.raise_answer(error)
+
+
 async def _close(connection: AsyncConnection) -> None:
     """Close `connection`: at once where that cannot wait (`closes_quietly`), else as
     `async with` does, to its end even if the request is cancelled meanwhile."""
@@ -289,40 +320,26 @@ class Database:
     def _committed(self, _connection: Any) -> None:
         self.storage_problem = None
 
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
+    def read(self) -> Connected:
         """A connection for reads. Closing it ends SQLite's read transaction; on Postgres
         each statement commits by itself. A database that cannot be reached or used is a
         503 `ServiceUnavailable` (see `unavailable`), from the connect to the last statement."""
-        try:
-            connection = await self._reads.connect()
-            try:
-                yield connection
-            finally:
-                await _close(connection)
-        except FAILURES as exc:
-            error = self.unavailable(exc)
-            if error is None:
-                raise
-            raise error from exc
+        return Connected(self, self._reads, None)
 
-    @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
+    def write(self) -> Connected:
         """A write transaction, begun by its first statement; the caller commits. Anything
         not committed (an exception, an early return) is rolled back on the way out. Failures
-        of the database are a 503, as in `read`."""
-        try:
-            async with self._writer():
-                connection = await self._writes.connect()
-                try:
-                    yield connection
-                finally:
-                    await _close(connection)
-        except FAILURES as exc:
-            error = self.unavailable(exc)
-            if error is None:
-                raise
-            raise error from exc
+        of the database are a 503, as in `read`. On SQLite it waits for the process's write
+        lock first."""
+        return Connected(self, self._writes, self._write_lock)
+
+    def raise_answer(self, exc: BaseException) -> NoReturn:
+        """Raise what a failure of the database is answered with: its 503 (`unavailable`),
+        else `exc` itself (a bug)."""
+        error = self.unavailable(exc)
+        if error is None:
+            raise exc
+        raise error from exc
 
     def unavailable(self, exc: BaseException) -> ServiceUnavailable | None:
         """The 503 that this failure of the database is answered with (None: it is not one,
@@ -334,10 +351,6 @@ class Database:
         if found is not None and found.code in ("disk_full", "read_only", "storage_error"):
             self.storage_problem = found
         return error
-
-    def _writer(self) -> AbstractAsyncContextManager[object]:
-        """Held around a write transaction: the SQLite write queue, nothing on Postgres."""
-        return self._write_lock if self._write_lock is not None else nullcontext()
 
     async def statement_timeout_ms(self) -> int | None:
         """The statement timeout a read connection runs with (None on SQLite)."""

@@ -1,8 +1,8 @@
 """The request dependencies every router uses: settings, who is calling, and the unit of work.
 
 One transaction per request is opened and closed here and nowhere else. The units are plain
-dependencies: each enters its transaction on the exit stack the route keeps
-(`app.http.routing.DomainRoute`), which closes it when the handler has returned. The write
+dependencies: each enters its transaction on the unit slot the route keeps
+(`app.http.routing.DomainRoute`), which exits it when the handler has returned. The write
 unit then writes the request's audit events and commits *before* the response is sent, so a
 failed commit becomes an error response and can never follow a 2xx. Services only execute
 statements.
@@ -11,13 +11,12 @@ statements.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from types import TracebackType
 from typing import Annotated, Any
 
 from anyio import CancelScope
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.errors import Forbidden, InvalidHeader, Unauthorized
 from app.core.principal import Principal
@@ -32,7 +31,7 @@ from app.events.repository import EventRepository
 from app.http.params import DeclaredHeader
 from app.http.plan import PARSED_BODY
 from app.http.preconditions import CONDITIONS, THREAD_IF_MATCH, VALIDATOR, read_preconditions
-from app.http.routing import UNIT
+from app.http.routing import UNIT, UnitSlot
 
 # Set by app.http.middleware.BodyLimitMiddleware when it authenticated the request.
 PRINCIPAL = "agentstate.principal"
@@ -172,41 +171,56 @@ DatabaseDep = Annotated[Database, Depends(get_database)]
 FeedDep = Annotated[Feed, Depends(get_feed)]
 
 
-def _unit(request: Request, connection: AsyncConnection, principal: Principal,
-          preconditions: Preconditions) -> UnitOfWork:
-    return UnitOfWork(connection, principal, request.app.state.settings, preconditions)
+class _Unit:
+    """A request's unit of work, entered on its route's `UnitSlot`: a read, or a write
+    transaction that commits, with its events, when the handler has returned (an exception
+    from the handler leaves it uncommitted: rolled back). The tenant is reset when it ends.
+    A class, not a generator: every request enters one."""
 
+    __slots__ = ("_connected", "events", "pre", "principal", "request", "uow", "writes")
 
-@asynccontextmanager
-async def _reading(request: Request, principal: Principal,
-                   pre: Preconditions) -> AsyncIterator[UnitOfWork]:
-    try:
-        async with request.app.state.db.read() as connection:
-            yield _unit(request, connection, principal, pre)
-    finally:
-        request_tenant.set(None)
+    def __init__(self, request: Request, principal: Principal, pre: Preconditions, *,
+                 writes: bool, events: bool = True) -> None:
+        self.request, self.principal, self.pre = request, principal, pre
+        self.writes, self.events = writes, events
 
+    async def __aenter__(self) -> UnitOfWork:
+        app = self.request.app
+        self._connected = app.state.db.write() if self.writes else app.state.db.read()
+        try:
+            connection = await self._connected.__aenter__()
+        except BaseException:
+            request_tenant.set(None)
+            raise
+        self.uow = UnitOfWork(connection, self.principal, app.state.settings, self.pre)
+        return self.uow
 
-@asynccontextmanager
-async def _writing(request: Request, principal: Principal, pre: Preconditions, *,
-                   events: bool = True) -> AsyncIterator[UnitOfWork]:
-    try:
-        # An exception from the handler leaves the transaction uncommitted: rolled back.
-        async with request.app.state.db.write() as connection:
-            uow = _unit(request, connection, principal, pre)
-            yield uow
-            with CancelScope(shield=True):  # what is committed is answered
-                if events:
-                    await EventRepository(connection, principal.tenant_id).append(
-                        principal.actor, uow.events)
-                await connection.commit()
-    finally:
-        request_tenant.set(None)
-    if uow.events:
-        # Number the committed events and wake watchers (docs/events.md): coalesced per
-        # tenant and in the background, the response does not wait for it.
-        feed: Feed = request.app.state.feed
-        feed.written(principal.tenant_id)
+    async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                        traceback: TracebackType | None) -> None:
+        committing = self.writes and error is None
+        try:
+            if committing:
+                try:
+                    await self._commit()
+                except BaseException as failed:  # rolled back, and answered (a 503)
+                    await self._connected.__aexit__(type(failed), failed, failed.__traceback__)
+                    raise
+            await self._connected.__aexit__(kind, error, traceback)
+        finally:
+            request_tenant.set(None)
+        if committing and self.uow.events:
+            # Number the committed events and wake watchers (docs/events.md): coalesced per
+            # tenant and in the background, the response does not wait for it.
+            feed: Feed = self.request.app.state.feed
+            feed.written(self.principal.tenant_id)
+
+    async def _commit(self) -> None:
+        uow = self.uow
+        with CancelScope(shield=True):  # what is committed is answered
+            if self.events:
+                await EventRepository(uow.connection, uow.tenant_id).append(
+                    self.principal.actor, uow.events)
+            await uow.connection.commit()
 
 
 async def _judged(request: Request, scope: str,
@@ -220,14 +234,14 @@ async def _judged(request: Request, scope: str,
         raise
 
 
-async def _open(request: Request, unit: AbstractAsyncContextManager[UnitOfWork]) -> UnitOfWork:
-    """Enter `unit` on the request's unit stack, which the route (`DomainRoute`) closes when
+async def _open(request: Request, unit: _Unit) -> UnitOfWork:
+    """Enter `unit` on the request's unit slot, which the route (`DomainRoute`) exits when
     the handler has returned (a write commits there, before the response is sent)."""
-    stack: AsyncExitStack | None = request.scope.get(UNIT)
-    if stack is None:
+    slot: UnitSlot | None = request.scope.get(UNIT)
+    if slot is None:
         raise RuntimeError(f"{request.scope['path']}: a unit of work needs the route class "
                            "DomainRoute")
-    return await stack.enter_async_context(unit)
+    return await slot.enter(unit)
 
 
 # Each judges the caller first: looking a key up may take a connection of its own, and
@@ -236,13 +250,13 @@ async def _open(request: Request, unit: AbstractAsyncContextManager[UnitOfWork])
 class _ReadUnit(_Key):
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         principal, pre = await _judged(request, "read", self.declared_headers)
-        return await _open(request, _reading(request, principal, pre))
+        return await _open(request, _Unit(request, principal, pre, writes=False))
 
 
 class _WriteUnit(_Key):
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         principal, pre = await _judged(request, "write", self.declared_headers)
-        return await _open(request, _writing(request, principal, pre))
+        return await _open(request, _Unit(request, principal, pre, writes=True))
 
 
 _TRUE = ("1", "on", "t", "true", "y", "yes")  # what a `bool` query parameter reads as true
@@ -264,8 +278,9 @@ class _RefreshingUnit(_Key):
 
     async def __call__(self, request: Request) -> UnitOfWork:  # type: ignore[override]
         principal, pre = await _judged(request, "read", self.declared_headers)
-        return await _open(request, _writing(request, principal, pre, events=False)
-                           if _asks_refresh(request) else _reading(request, principal, pre))
+        refreshing = _asks_refresh(request)
+        return await _open(request, _Unit(request, principal, pre, writes=refreshing,
+                                          events=not refreshing))
 
 
 # A Core connection inside, not an ORM Session: repositories run Core statements only, and
