@@ -18,8 +18,9 @@ What SQLAlchemy would otherwise do around a statement is kept:
 - a driver error is translated and raised as the `sqlalchemy.exc.DBAPIError` SQLAlchemy
   would raise (a lost connection invalidated first), so app/http/problems.py answers as for
   any statement;
-- SQLAlchemy's `before_cursor_execute` and `after_cursor_execute` listeners see each
-  statement, and its `handle_error` listeners a failed one, so statement tracing
+- the engine's `before_cursor_execute` and `after_cursor_execute` listeners see each
+  statement (listeners on a single connection do not), and `handle_error` listeners a
+  failed one, so statement tracing
   (bench/sqlcapture.py, OpenTelemetry's spans, app/http/tracing.py) sees every statement
   once. Their execution context is a `DirectContext`: no compiled statement (the tenant guard
   has checked it already); what the listeners return is not applied;
@@ -185,17 +186,20 @@ async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                call: Callable[[Any], Any]) -> Any:
     adapter = await _adapter(connection)
     sync = connection.sync_connection
+    # The engine's listeners (statement tracing, the tenant guard), not the connection's:
+    # its dispatch joins them anew for every connection, at each event's first use.
+    events = sync.engine.dispatch if sync is not None else None
     context = DirectContext()
     try:
         # asyncpg's BEGIN, sent with the first statement as SQLAlchemy's cursor sends it (a
         # connection in autocommit has none); its errors are translated like the statement's.
         if adapter._transaction is None and not adapter.autocommit:
             await adapter._start_transaction()
-        if sync is not None:
-            sync.dispatch.before_cursor_execute(sync, None, plan.sql, args, context, many)
+        if events is not None and events.before_cursor_execute:
+            events.before_cursor_execute(sync, None, plan.sql, args, context, many)
         result = await call(adapter._connection)
-        if sync is not None:
-            sync.dispatch.after_cursor_execute(sync, None, plan.sql, args, context, many)
+        if events is not None and events.after_cursor_execute:
+            events.after_cursor_execute(sync, None, plan.sql, args, context, many)
         return result
     except Exception as error:  # noqa: BLE001 - every error is translated, as SQLAlchemy does
         try:
