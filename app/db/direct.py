@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.base import ExceptionContextImpl
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -267,21 +268,29 @@ def _direct(connection: AsyncConnection) -> bool:
     return _SUPPORTED and connection.dialect.driver == "asyncpg"
 
 
-def closes_quietly(connection: AsyncConnection) -> bool:
-    """Whether closing `connection` sends nothing to the database, so runs to its end in one
-    step that no cancellation can interrupt: asyncpg with no transaction to roll back (one
-    SQLAlchemy began in autocommit is bookkeeping only), returned into a queue pool with room
-    for it (a full one closes the connection).
-    SQLAlchemy's own `async with` closes in a task of its own, shielded, in case it waits:
-    a task and a turn of the event loop more on every request."""
+def idle(connection: AsyncConnection) -> Connection | None:
+    """`connection`'s Connection if ending SQLAlchemy's transaction on it, or changing its
+    isolation level, sends nothing to the database: asyncpg with no transaction of the
+    driver's open (one SQLAlchemy began in autocommit is bookkeeping only). Nothing in those
+    then waits, so they are called in place, with no trip through SQLAlchemy's greenlet."""
     if not _direct(connection):
-        return False
+        return None
     sync = connection.sync_connection
     if sync is None or sync.closed or sync.invalidated:
-        return False
-    pool = sync.engine.pool
-    return (sync.connection.dbapi_connection._transaction is None  # type: ignore[union-attr]
-            and isinstance(pool, QueuePool) and pool.checkedin() < pool.size())
+        return None
+    driver = sync.connection.dbapi_connection
+    return sync if driver._transaction is None else None  # type: ignore[union-attr]
+
+
+def closes_quietly(connection: AsyncConnection) -> bool:
+    """Whether closing `connection` sends nothing to the database, so runs to its end in one
+    step that no cancellation can interrupt: `idle`, and returned into a queue pool with room
+    for it (a full one closes the connection). SQLAlchemy's own `async with` closes in a
+    task of its own, shielded, in case it waits: a task and a turn of the event loop more on
+    every request."""
+    sync = idle(connection)
+    pool = sync.engine.pool if sync is not None else None
+    return isinstance(pool, QueuePool) and pool.checkedin() < pool.size()
 
 
 async def rows(connection: AsyncConnection, stmt: Any, params: Params) -> list[Any]:

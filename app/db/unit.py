@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.principal import Principal
 from app.core.revisions import NONE, Preconditions
 from app.core.settings import Settings
+from app.db.direct import idle
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,11 @@ class UnitOfWork:
         if (self.connection.dialect.name != "postgresql" or self.settings.pooled
                 or self.together or self.events or self.connection.in_transaction()):
             return False
-        # One trip through SQLAlchemy's greenlet for both.
-        await self.connection.run_sync(_alone)
+        sync = idle(self.connection)
+        if sync is not None:
+            _alone(sync)
+        else:  # one trip through SQLAlchemy's greenlet for both
+            await self.connection.run_sync(_alone)
         return True
 
     async def transactional(self) -> None:
