@@ -107,8 +107,7 @@ async def waits_to_close(connection: AsyncConnection) -> bool:
 
 
 async def test_a_connection_is_closed_at_once_only_where_closing_cannot_wait(
-    app: FastAPI, uid: str
-) -> None:
+        app: FastAPI) -> None:
     """A request's connection is closed without SQLAlchemy's shielded task (a task and a turn
     of the event loop) only where the close sends nothing: no transaction to roll back, and
     room in the pool. Elsewhere it may wait, and must not be abandoned partway."""
