@@ -71,6 +71,19 @@ def db_spans(exporter: Any) -> list[Any]:
     return [s for s in exporter.get_finished_spans() if "db.statement" in (s.attributes or {})]
 
 
+async def test_off_a_global_tracer_provider_gets_no_spans_from_the_server(
+        app: FastAPI, client: httpx.AsyncClient, spans: tuple[Any, Any], uid: str) -> None:
+    """An agent's process may set a global tracer provider (the client's spans use it) and
+    serve agentstate in the same process: with tracing off, FastAPI's own telemetry must
+    not start by itself and record the server's requests (with their query strings)."""
+    _provider, exporter = spans
+    created = await client.post("/v1/threads", json={"thread_id": uid})
+    assert created.status_code == 201, created.text
+    listed = await client.get(f"/v1/threads?metadata=%7B%22secret%22%3A%20%22{uid}%22%7D")
+    assert listed.status_code == 200, listed.text
+    assert exporter.get_finished_spans() == (), span_tree(exporter.get_finished_spans())
+
+
 async def test_a_traced_client_call_is_one_trace_of_client_server_and_statements(
         settings: Settings, spans: tuple[Any, Any], backend: str, uid: str) -> None:
     provider, exporter = spans
@@ -272,8 +285,8 @@ print(sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk",
 def test_off_nothing_of_the_otel_extra_is_imported(database_url: str,
                                                     env: dict[str, str]) -> None:
     """Neither the SDK, nor an exporter, nor an instrumentation. (OpenTelemetry's API is
-    imported all the same: FastAPI imports it for telemetry of its own, which stays off
-    while no global tracer provider is set.)"""
+    imported all the same: FastAPI imports it for telemetry of its own, which agentstate
+    turns off.)"""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     done = subprocess.run([sys.executable, "-c", OFF_PROBE, database_url], cwd=ROOT,
                           env={**clean, **env}, capture_output=True, text=True, timeout=120)
