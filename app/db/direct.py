@@ -34,7 +34,7 @@ import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
@@ -46,6 +46,7 @@ from sqlalchemy.sql.dml import Insert
 from app.db.tenancy import require_scoped
 
 Params = Mapping[str, Any]
+T = TypeVar("T")
 # Where a positional parameter's value comes from: (the caller's parameter, its index in an
 # expanding list or None, the bind processor), or (None, the processed value, None) for a
 # constant the statement carries.
@@ -280,6 +281,13 @@ def idle(connection: AsyncConnection) -> Connection | None:
         return None
     driver = sync.connection.dbapi_connection
     return sync if driver._transaction is None else None  # type: ignore[union-attr]
+
+
+async def in_place(connection: AsyncConnection, fn: Callable[[Connection], T]) -> T:
+    """`connection.run_sync(fn)` for what sends nothing where `connection` is `idle` (a
+    commit, an isolation level): then called in place, with no trip through the greenlet."""
+    sync = idle(connection)
+    return fn(sync) if sync is not None else await connection.run_sync(fn)
 
 
 def closes_quietly(connection: AsyncConnection) -> bool:

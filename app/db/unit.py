@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.principal import Principal
 from app.core.revisions import NONE, Preconditions
 from app.core.settings import Settings
-from app.db.direct import idle
+from app.db.direct import in_place
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,7 @@ class UnitOfWork:
         if (self.connection.dialect.name != "postgresql" or self.settings.pooled
                 or self.together or self.events or self.connection.in_transaction()):
             return False
-        sync = idle(self.connection)
-        if sync is not None:
-            _alone(sync)
-        else:  # one trip through SQLAlchemy's greenlet for both
-            await self.connection.run_sync(_alone)
+        await in_place(self.connection, _alone)  # both at once
         return True
 
     async def transactional(self) -> None:

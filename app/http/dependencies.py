@@ -23,7 +23,7 @@ from app.core.principal import Principal
 from app.core.revisions import Preconditions
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
-from app.db.direct import idle
+from app.db.direct import in_place
 from app.db.engine import Database
 from app.db.tenancy import request_tenant
 from app.db.unit import UnitOfWork
@@ -221,13 +221,9 @@ class _Unit:
             if self.events:
                 await EventRepository(uow.connection, uow.tenant_id).append(
                     self.principal.actor, uow.events)
-            # In place where there is nothing to send (`idle`: the unit's statement committed
-            # by itself, `UnitOfWork.autocommit`): SQLAlchemy's record of it, and its event.
-            sync = idle(uow.connection)
-            if sync is not None:
-                sync.commit()
-            else:
-                await uow.connection.commit()
+            # In place where there is nothing to send (the unit's statement committed by
+            # itself, `UnitOfWork.autocommit`): SQLAlchemy's record of it, and its event.
+            await in_place(uow.connection, lambda connection: connection.commit())
 
 
 async def _judged(request: Request, scope: str,
