@@ -50,7 +50,7 @@ async def actors(app: FastAPI, tenant: str, thread_id: str) -> list[str]:
     async with app.state.db.read() as session:
         rows = await session.execute(
             select(Event.actor).where(Event.tenant_id == tenant, Event.thread_id == thread_id)
-            .order_by(Event.seq))
+            .order_by(Event.id))  # the sequencer's order; seq may not be numbered yet
         return list(rows.scalars())
 
 

@@ -22,11 +22,13 @@ JSON = {"content-type": "application/json"}
 
 
 async def events_of(app: FastAPI, thread_id: str) -> list[tuple[str, int | None, str]]:
-    # The events router is another slice; read the audit rows the write committed.
+    # The events router is another slice; read the audit rows the write committed, by id: the
+    # order the sequencer numbers them in (on Postgres an event has no seq until a pass after
+    # its commit numbers it, which may not have run yet, and NULLs come in any order).
     async with app.state.db.read() as session:
         rows = await session.execute(
             select(Event.type, Event.revision, Event.resource)
-            .where(Event.thread_id == thread_id).order_by(Event.seq)
+            .where(Event.thread_id == thread_id).order_by(Event.id)
         )
         return [tuple(row) for row in rows]
 
