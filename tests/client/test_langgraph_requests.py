@@ -98,7 +98,7 @@ async def test_a_saver_resuming_a_thread_reads_it_in_one_request_and_sends_what_
         saver: AgentStateSaver, transport: Counting, uid: str, delta: bool) -> None:
     """A saver that has not seen the thread (a new process) reads its checkpoint with the
     items in one request (with DeltaChannel, the channel's history in a second, its seed's
-    items inline too); its next turn is the usual four requests, and its checkpoints send
+    items inline too); its next turn is the usual read and batches, and its checkpoints send
     the new messages only (the list as what it gained since the one read), not the whole
     conversation again. The answers equal InMemorySaver's."""
     config = {"configurable": {"thread_id": f"resume-{uid}"}}
@@ -120,7 +120,11 @@ async def test_a_saver_resuming_a_thread_reads_it_in_one_request_and_sends_what_
         {"messages": [HumanMessage("the question after a restart")]}, config)
     assert [(m.type, m.content) for m in got["messages"]] == [
         (m.type, m.content) for m in expected["messages"]]
-    assert len(transport.seen) == 4, transport.seen
+    # The turn's read, then its writes by group commit: how many requests they share
+    # depends on timing (under load DeltaChannel's take four), as in the test above.
+    assert transport.seen[0].endswith("/latest"), transport.seen
+    assert {seen.rsplit("/", 1)[-1] for seen in transport.seen[1:]} == {"batch"}, transport.seen
+    assert len(transport.seen) <= 1 + (4 if delta else 3), transport.seen
     if delta:  # this turn's checkpoints store a snapshot: the whole list, once
         return
     sent = b"".join(transport.bodies)
