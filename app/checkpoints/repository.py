@@ -178,6 +178,23 @@ def _writes_by_key() -> Any:
     return stmt.order_by(found.task_path, found.task_id, found.idx)
 
 
+@cache
+def _sqlite_blobs_by_key() -> Any:
+    """SQLite: the values stored under (namespace, channel, version) keys, a list of them."""
+    return select(b).where(
+        b.c.tenant_id == bindparam("tenant"), b.c.thread_pk == bindparam("pk"),
+        tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version).in_(bindparam("keys", expanding=True)))
+
+
+@cache
+def _sqlite_writes_by_key() -> Any:
+    """SQLite: the pending writes of (namespace, checkpoint id) keys, a list of them."""
+    return (select(w).where(
+        w.c.tenant_id == bindparam("tenant"), w.c.thread_pk == bindparam("pk"),
+        tuple_(w.c.checkpoint_ns, w.c.checkpoint_id).in_(bindparam("keys", expanding=True)))
+        .order_by(w.c.task_path, w.c.task_id, w.c.idx))
+
+
 # The columns `insert_all` sends as arrays, per table (tenant_id and thread_pk are one value).
 _EVENT_COLUMNS = ("type", "resource", "thread_id")
 _ROWS = {"items": ("digest", "type", "data"),
@@ -553,10 +570,8 @@ class CheckpointRepository:
                 "channels": list(channels), "versions": list(versions)})
         rows: list[AnyRow] = []
         for chunk in _chunks(sorted(set(keys)), _CHUNK // 3):
-            rows.extend((await self.connection.execute(
-                select(b).where(self._mine(b, thread_pk),
-                                tuple_(b.c.checkpoint_ns, b.c.channel, b.c.version)
-                                .in_(list(chunk))))).all())
+            rows.extend((await self.connection.execute(_sqlite_blobs_by_key(), {
+                "tenant": self.tenant_id, "pk": thread_pk, "keys": list(chunk)})).all())
         return rows
 
     async def list_value(self, thread: int | str, ns: str, channel: str,
@@ -589,10 +604,8 @@ class CheckpointRepository:
                 "tenant": self.tenant_id, "pk": thread_pk, "nss": list(nss), "ids": list(ids)})
         rows: list[AnyRow] = []
         for chunk in _chunks(sorted(set(keys)), _CHUNK // 2):
-            rows.extend((await self.connection.execute(
-                select(w).where(self._mine(w, thread_pk),
-                                tuple_(w.c.checkpoint_ns, w.c.checkpoint_id).in_(list(chunk)))
-                .order_by(w.c.task_path, w.c.task_id, w.c.idx))).all())
+            rows.extend((await self.connection.execute(_sqlite_writes_by_key(), {
+                "tenant": self.tenant_id, "pk": thread_pk, "keys": list(chunk)})).all())
         return rows
 
     async def keys(self, thread_pk: int) -> list[AnyRow]:
