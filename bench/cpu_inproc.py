@@ -14,7 +14,8 @@ digest (`cp_latest`) and a LangGraph step's checkpoint batch (`cp_batch`).
 CPU is this process's time.process_time() over the requests (Postgres runs elsewhere), four
 requests in flight at a time as bench.cpu's four connections. `--profile OP` runs OP under
 cProfile instead and prints its top functions; `--calls` counts the function calls a
-request makes (sys.setprofile), a measure the machine's load does not move.
+request makes (sys.setprofile), a measure the machine's load does not move, and the objects
+it leaves in reference cycles (none: each would wait for the cycle collector).
 """
 
 from __future__ import annotations
@@ -188,8 +189,11 @@ async def load(app: Any, op: str, slots: list[Slot], count: int, warm: int = 5) 
     return (time.process_time() - started) / (per * len(slots)) * 1e6
 
 
-async def calls(app: Any, op: str, slots: list[Slot], count: int = 200) -> float:
-    """Function calls per request over `count` requests (after a warm-up)."""
+async def calls(app: Any, op: str, slots: list[Slot], count: int = 200) -> tuple[float, float]:
+    """Function calls per request over `count` requests (after a warm-up), and the objects
+    they left in reference cycles, per request: those wait for Python's cycle collector,
+    which runs after every 700 net allocations and at its oldest generation walks the heap."""
+    import gc
     import sys
 
     await load(app, op, slots, 40)
@@ -200,12 +204,18 @@ async def calls(app: Any, op: str, slots: list[Slot], count: int = 200) -> float
         if event in ("call", "c_call"):
             counted += 1
 
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
     sys.setprofile(profile)
     try:
         await load(app, op, slots, count, warm=0)
     finally:
         sys.setprofile(None)
-    return counted / count
+        gc.collect()
+        gc.set_debug(0)
+    cyclic = len(gc.garbage)
+    gc.garbage.clear()
+    return counted / count, cyclic / count
 
 
 async def main_async(args: argparse.Namespace, url: str) -> None:
@@ -232,10 +242,11 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
             if args.calls:
                 print("Python function calls per request (calls into Python and C functions, "
                       "counted by sys.setprofile: the interpreter's work, free of the noise "
-                      "of a shared machine):")
+                      "of a shared machine), and objects a request left in reference cycles:")
                 for op in ops:
                     app = floor if op == "floor" else ours
-                    print(f"{op:14} {await calls(app, op, own if op == 'state_replace' else slots):8.0f}")
+                    made, cyclic = await calls(app, op, own if op == "state_replace" else slots)
+                    print(f"{op:14} {made:8.0f} calls {cyclic:6.1f} in cycles")
                 return
             if args.profile:
                 import cProfile

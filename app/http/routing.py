@@ -82,6 +82,13 @@ class UnitSlot:
         self.unit = unit
         return entered
 
+    def take(self) -> AbstractAsyncContextManager[Any] | None:
+        """The unit entered, for its exit, and the slot lets go of it: the unit holds the
+        request, whose scope holds the slot, and a cycle left behind would leave each
+        request's objects to Python's cycle collector (a collection every few requests)."""
+        unit, self.unit = self.unit, None
+        return unit
+
 
 class ParsedRequest(Request):
     async def json(self) -> Any:
@@ -100,11 +107,11 @@ class DomainRoute(APIRoute):
             try:
                 response = await handler(ParsedRequest(request.scope, request.receive))
             except BaseException as error:
-                if slot.unit is not None:
-                    await slot.unit.__aexit__(type(error), error, error.__traceback__)
+                if (unit := slot.take()) is not None:
+                    await unit.__aexit__(type(error), error, error.__traceback__)
                 raise
-            if slot.unit is not None:
-                await slot.unit.__aexit__(None, None, None)
+            if (unit := slot.take()) is not None:
+                await unit.__aexit__(None, None, None)
             return response
 
         return domain_handler
