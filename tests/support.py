@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 import sqlite3
@@ -328,3 +329,19 @@ def span_tree(spans: Any) -> list[str]:
 
     walk(None, 0)
     return lines
+
+
+@contextlib.contextmanager
+def cyclic_garbage() -> Iterator[list[str]]:
+    """The types (module-qualified names) of what became unreachable in reference cycles
+    meanwhile: what waits for Python's cycle collector rather than being freed at once."""
+    gc.collect()
+    found: list[str] = []
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+    finally:
+        gc.set_debug(0)
+    found += sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage})
+    gc.garbage.clear()

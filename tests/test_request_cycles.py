@@ -3,37 +3,20 @@
 Objects in a reference cycle are freed only by a collection, which CPython starts after every
 700 net allocations and which, at its oldest generation, walks the whole heap. A request that
 left a cycle behind (the unit of work holding the request, whose scope held the unit) made a
-collection every 17 requests, and a full one every few thousand, about 60 us a request of
-server CPU on average (docs/PERFORMANCE.md). Answers of every kind are tried: reads, writes,
-the store, checkpoints, and refusals (404, 409, 412, 422), whose exceptions carry tracebacks.
-"""
+collection every 17 requests, and a full one every few thousand (docs/PERFORMANCE.md). What
+an agent asks each turn is tried: reads, writes, the store, checkpoints, the feed, and
+refusals (404, 412, 422), whose exceptions carry tracebacks. (A thread's creation builds its
+statements per request, and SQLAlchemy's expressions hold cycles of their own: it is not here.)"""
 
 from __future__ import annotations
-
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import httpx
 import pytest
 from fastapi import FastAPI
 
+from tests.support import cyclic_garbage
+
 pytestmark = pytest.mark.anyio
-
-
-@contextmanager
-def cyclic_garbage() -> Iterator[list[str]]:
-    """The types of what became unreachable in cycles meanwhile, by module-qualified name."""
-    gc.collect()
-    found: list[str] = []
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        yield found
-        gc.collect()
-    finally:
-        gc.set_debug(0)
-    found += sorted({f"{type(o).__module__}.{type(o).__qualname__}" for o in gc.garbage})
-    gc.garbage.clear()
 
 
 def ours(names: list[str]) -> list[str]:

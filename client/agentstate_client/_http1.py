@@ -60,7 +60,9 @@ def eligible(base_url: str) -> bool:
 
 
 class _Message:
-    """httptools' callbacks for one response: status, headers, body chunks as they come."""
+    """httptools' callbacks for one response: status, headers, body chunks as they come.
+    The parser holds these callbacks and the message its parser until the message is
+    complete: then it lets go, so no cycle is left for Python's cycle collector."""
 
     def __init__(self) -> None:
         self.headers: list[tuple[bytes, bytes]] = []
@@ -68,13 +70,20 @@ class _Message:
         self.head_done = False
         self.done = False
         self.keep_alive = False
-        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
+
+    def feed(self, data: bytes) -> None:
+        if self.parser is not None:
+            self.parser.feed_data(data)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self.head_done = True
+        assert self.parser is not None  # it is calling
+        self.status = self.parser.get_status_code()
         # Asked now: once the message is complete, llhttp answers for the next one.
         self.keep_alive = self.parser.should_keep_alive()
 
@@ -83,6 +92,7 @@ class _Message:
 
     def on_message_complete(self) -> None:
         self.done = True
+        self.parser = None
 
 
 class _Connection:
@@ -153,7 +163,7 @@ async def _feed(connection: _Connection, message: _Message, timeout: float | Non
         raise httpx.RemoteProtocolError(
             "Server disconnected without sending a complete response.", request=request)
     try:
-        message.parser.feed_data(data)
+        message.feed(data)
     except httptools.HttpParserError as exc:
         raise httpx.RemoteProtocolError(f"malformed response: {exc}", request=request) from exc
 
@@ -237,7 +247,7 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
                 raise httpx.WriteError(_reason(exc), request=request) from exc
             raise
         return httpx.Response(
-            message.parser.get_status_code(), headers=message.headers,
+            message.status, headers=message.headers,
             stream=_Body(self, key, connection, message, read_timeout, request),
             extensions={"http_version": b"HTTP/1.1"}, request=request)
 

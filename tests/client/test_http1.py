@@ -15,7 +15,7 @@ import httpx
 import pytest
 from agentstate_client import APIConnectionError, APITimeoutError, AsyncAgentStateClient
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, cyclic_garbage
 
 pytestmark = pytest.mark.anyio
 
@@ -239,3 +239,22 @@ async def test_same_answers_as_httpx_transport_on_a_real_server(server: ServerPr
         theirs = await asyncio.gather(*(session(stock, f"hx-{tag}-{i}") for i in range(12)))
     assert ours == theirs
     assert ours[0][4] == ("NotFound", 404)
+
+
+async def test_a_request_leaves_nothing_in_reference_cycles() -> None:
+    """The parser holds the response's callbacks and the response its parser only until the
+    message is complete: an agent's every request would otherwise leave a dozen objects for
+    Python's cycle collector, which then runs every few dozen requests."""
+    async def chunked(_head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n" % (len(BODY), BODY))
+        return True
+
+    for answer in (keep_alive, chunked):
+        async with raw_server(answer) as (_, url), AsyncAgentStateClient(url) as client:
+            await client.get_thread("t1")  # the connection, opened once
+            with cyclic_garbage() as found:
+                for _ in range(5):
+                    assert (await client.get_thread("t1")).revision == 3
+        assert [name for name in found if name.startswith(("agentstate_client", "httptools"))] \
+            == [], answer
