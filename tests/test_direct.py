@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Coroutine, Generator
-from contextlib import AsyncExitStack
+from collections.abc import Coroutine, Generator, Iterator
+from contextlib import AsyncExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +24,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.principal import OPEN_TENANT
+from app.core.settings import Settings
 from app.db import direct
 from app.threads.repository import _get
+from tests.conftest import http_client, running
 from tests.support import ROOT, ServerProcess, statements
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
@@ -80,6 +82,25 @@ async def test_its_rows_are_sqlalchemys(app: FastAPI, client: httpx.AsyncClient,
         assert await direct.first(connection, _get(None, "all"),
                                   {"tenant": OPEN_TENANT, "thread": f"no-{uid}"}) is None
         await connection.rollback()
+
+
+@contextmanager
+def transactions_begun() -> Iterator[list[object]]:
+    """The transactions asyncpg begins meanwhile (a BEGIN each), by the connection."""
+    from asyncpg.transaction import Transaction  # type: ignore[import-untyped]
+
+    began: list[object] = []
+    start = Transaction.start
+
+    async def counted(transaction: Any) -> None:
+        began.append(transaction._connection)
+        await start(transaction)
+
+    Transaction.start = counted
+    try:
+        yield began
+    finally:
+        Transaction.start = start
 
 
 class Counted:
@@ -173,3 +194,32 @@ def test_a_sqlalchemy_without_the_adapter_members_falls_back_and_says_so_at_star
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     bound = next(d for d in declared if d.startswith("sqlalchemy")).partition("]")[2]
     assert f"(sqlalchemy{bound})" in said[0], said[0]
+
+
+async def test_a_write_alone_commits_by_itself_and_leaves_the_pool_as_it_was(
+        settings: Settings, uid: str) -> None:
+    """A PUT with If-Match, the request's one change, runs alone: no transaction is begun
+    (no BEGIN, no COMMIT), and SQLAlchemy is not told, so nothing of it stays with the
+    connection. On a pool of one connection, the next write that needs a transaction (a
+    batch whose second operation is refused) has one on that same connection: nothing of
+    it is written."""
+    one = settings.model_copy(update={"pool_size": 1, "max_overflow": 0})
+    async with running(one) as app, http_client(app) as client:
+        for name in ("a", "b"):
+            assert (await client.put(f"/v1/threads/{uid}-{name}",
+                                     json={"state": {"v": 1}})).status_code == 201
+        with transactions_begun() as began:
+            alone = await client.put(f"/v1/threads/{uid}-a", headers={"If-Match": '"1"'},
+                                     json={"state": {"v": 2}})
+            assert alone.status_code == 200, alone.text
+            assert began == []
+            refused = await client.post("/v1/batch", json={"operations": [
+                {"op": "thread.put", "thread_id": f"{uid}-a", "if_match": '"2"',
+                 "body": {"state": {"v": 3}}},
+                {"op": "messages.append", "thread_id": f"{uid}-b", "if_match": '"9"',
+                 "body": {"messages": [{"role": "user", "content": "refused"}]}}]})
+            assert refused.status_code == 412, refused.text
+            assert len(began) == 1  # the batch's, on the pool's one connection
+        thread = (await client.get(f"/v1/threads/{uid}-a")).json()
+        assert (thread["revision"], thread["state"]) == (2, {"v": 2})
+        assert app.state.db.engine.pool.checkedout() == 0

@@ -33,6 +33,7 @@ from __future__ import annotations
 import weakref
 from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from functools import partial
 from typing import Any, TypeVar
 
@@ -160,18 +161,42 @@ def _make_plan(dialect: Any, stmt: Any, compiled: Any, params: Params) -> _Plan:
     return _Plan(state.statement, sources, row, processors)
 
 
-async def _adapter(connection: AsyncConnection) -> Any:
+# The connection whose statements run alone, each committing by itself (`alone`), in the
+# context of the request that said so: a context variable, so nothing of it stays with the
+# connection when it goes back to the pool.
+_ALONE: ContextVar[AsyncConnection | None] = ContextVar("agentstate_alone", default=None)
+
+
+def alone(connection: AsyncConnection) -> bool:
+    """Let `connection`'s next statements on this path run alone, outside a transaction
+    (no BEGIN before them, no COMMIT after: each commits by itself), until `together`.
+    Only where the direct path runs them and no transaction is open: else False, and
+    nothing changes. SQLAlchemy is not told (its isolation level and its record of a
+    transaction, set and reset through its events, cost more than the statement's own
+    Python work), so a statement sent through SQLAlchemy still begins a transaction."""
+    if idle(connection) is None or connection.in_transaction():
+        return False
+    _ALONE.set(connection)
+    return True
+
+
+def together(connection: AsyncConnection) -> None:
+    """Back from `alone`: the next statement begins a transaction."""
+    if _ALONE.get() is connection:
+        _ALONE.set(None)
+
+
+async def _adapter(connection: AsyncConnection, on_its_own: bool) -> Any:
     """SQLAlchemy's adapter of the request's asyncpg connection, in the transaction
     SQLAlchemy tracks (begun here if no statement has begun it). A read on Postgres runs in
-    autocommit and has no transaction to track: one would be bookkeeping only, a trip
-    through the greenlet and its events (a write in autocommit has begun its own,
-    `UnitOfWork.autocommit`)."""
+    autocommit, and a write `alone` outside any transaction: neither has a transaction to
+    track (one would be bookkeeping only, a trip through the greenlet and its events)."""
     sync = connection.sync_connection
     # Read without a round trip to the greenlet unless SQLAlchemy must reconnect first.
     fairy = (sync.connection if sync is not None and not sync.invalidated
              else await connection.get_raw_connection())
     adapter: Any = fairy.dbapi_connection
-    if not adapter.autocommit and not connection.in_transaction():
+    if not (adapter.autocommit or on_its_own or connection.in_transaction()):
         await connection.begin()
     return adapter
 
@@ -186,7 +211,8 @@ class DirectContext:
 
 async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                call: Callable[[Any], Any]) -> Any:
-    adapter = await _adapter(connection)
+    on_its_own = _ALONE.get() is connection
+    adapter = await _adapter(connection, on_its_own)
     sync = connection.sync_connection
     # The engine's listeners (statement tracing, the tenant guard), not the connection's:
     # its dispatch joins them anew for every connection, at each event's first use.
@@ -195,7 +221,7 @@ async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
     try:
         # asyncpg's BEGIN, sent with the first statement as SQLAlchemy's cursor sends it (a
         # connection in autocommit has none); its errors are translated like the statement's.
-        if adapter._transaction is None and not adapter.autocommit:
+        if adapter._transaction is None and not (adapter.autocommit or on_its_own):
             await adapter._start_transaction()
         if events is not None and events.before_cursor_execute:
             events.before_cursor_execute(sync, None, plan.sql, args, context, many)

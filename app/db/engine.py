@@ -315,9 +315,10 @@ class Database:
         # A full disk or a read-only file seen by a write (app/db/diagnosis.py), reported by
         # /readyz until a write commits again: reads alone would not notice.
         self.storage_problem: Diagnosis | None = None
-        event.listen(self.engine.sync_engine, "commit", self._committed)
+        event.listen(self.engine.sync_engine, "commit", lambda _connection: self.committed())
 
-    def _committed(self, _connection: Any) -> None:
+    def committed(self) -> None:
+        """A write committed: a storage problem a write saw is over."""
         self.storage_problem = None
 
     def read(self) -> Connected:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.principal import Principal
 from app.core.revisions import NONE, Preconditions
 from app.core.settings import Settings
-from app.db.direct import in_place
+from app.db import direct
 
 
 @dataclass(frozen=True)
@@ -45,6 +44,8 @@ class UnitOfWork:
     # Several changes that commit together (a batch of operations): none of them may
     # commit alone (`autocommit` says no).
     together: bool = False
+    # Its statement runs alone and commits by itself (`autocommit`): nothing to commit.
+    alone: bool = False
 
     @property
     def tenant_id(self) -> str:
@@ -58,19 +59,27 @@ class UnitOfWork:
     async def autocommit(self) -> bool:
         """Before the unit's first statement and event: let its one statement, which
         writes its own events (`hand_over`), commit by itself, with no BEGIN and COMMIT (a
-        round trip each). Postgres only, and not through a transaction pooler (there the
-        statement timeout is set per transaction). False where it cannot be. The unit runs
-        no other statement after that one, unless it calls `transactional` first."""
+        round trip each; `app.db.direct.alone`). Postgres only, and not through a
+        transaction pooler (there the statement timeout is set per transaction). False
+        where it cannot be. The unit runs no other statement after that one, unless it
+        calls `transactional` first."""
         if (self.connection.dialect.name != "postgresql" or self.settings.pooled
-                or self.together or self.events or self.connection.in_transaction()):
+                or self.together or self.events or not direct.alone(self.connection)):
             return False
-        await in_place(self.connection, _alone)  # both at once
+        self.alone = True
         return True
 
     async def transactional(self) -> None:
         """Back from `autocommit`, after a statement that stored nothing: the next statement
         begins the unit's transaction."""
-        await self.connection.run_sync(_together)
+        direct.together(self.connection)
+        self.alone = False
+
+    def settled(self) -> bool:
+        """Its one statement ran alone and committed by itself with every event it
+        recorded (`autocommit`): nothing is left to send or to commit."""
+        return (self.alone and direct.idle(self.connection) is not None
+                and all(event.stored for event in self.events))
 
     def hand_over(self, since: int) -> list[PendingEvent]:
         """The events queued from index `since` on, for the change's own statement to write
@@ -90,13 +99,3 @@ class UnitOfWork:
         self.events.append(PendingEvent(type, resource, revision, thread_id, stored=True))
 
 
-def _alone(connection: Connection) -> None:
-    connection.execution_options(isolation_level="AUTOCOMMIT")
-    # Tracked by SQLAlchemy all the same (no BEGIN is sent): the unit's commit is then its
-    # commit, with the `commit` event the database's health listens to.
-    connection.begin()
-
-
-def _together(connection: Connection) -> None:
-    connection.rollback()  # SQLAlchemy's record of it; nothing to undo
-    connection.execution_options(isolation_level=connection.default_isolation_level)

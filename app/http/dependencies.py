@@ -23,7 +23,7 @@ from app.core.principal import Principal
 from app.core.revisions import Preconditions
 from app.core.secretbox import SecretBox
 from app.core.settings import Settings
-from app.db.direct import in_place
+from app.db.direct import in_place, together
 from app.db.engine import Database
 from app.db.tenancy import request_tenant
 from app.db.unit import UnitOfWork
@@ -208,6 +208,7 @@ class _Unit:
                     raise
             await self._connected.__aexit__(kind, error, traceback)
         finally:
+            together(self.uow.connection)
             request_tenant.set(None)
         if committing and self.uow.events:
             # Number the committed events and wake watchers (docs/events.md): coalesced per
@@ -217,12 +218,14 @@ class _Unit:
 
     async def _commit(self) -> None:
         uow = self.uow
+        if uow.settled():  # committed by its statement: the database's health hears of it
+            self.request.app.state.db.committed()
+            return
         with CancelScope(shield=True):  # what is committed is answered
             if self.events:
                 await EventRepository(uow.connection, uow.tenant_id).append(
                     self.principal.actor, uow.events)
-            # In place where there is nothing to send (the unit's statement committed by
-            # itself, `UnitOfWork.autocommit`): SQLAlchemy's record of it, and its event.
+            # In place where there is nothing to send (no statement began a transaction).
             await in_place(uow.connection, lambda connection: connection.commit())
 
 
