@@ -5,8 +5,7 @@ Objects in a reference cycle are freed only by a collection, which CPython start
 left a cycle behind (the unit of work holding the request, whose scope held the unit) made a
 collection every 17 requests, and a full one every few thousand (docs/PERFORMANCE.md). What
 an agent asks each turn is tried: reads, writes, the store, checkpoints, the feed, and
-refusals (404, 412, 422), whose exceptions carry tracebacks. (A thread's creation builds its
-statements per request, and SQLAlchemy's expressions hold cycles of their own: it is not here.)"""
+refusals (404, 409, 412, 422), whose exceptions carry tracebacks."""
 
 from __future__ import annotations
 
@@ -48,12 +47,14 @@ async def test_requests_of_every_kind_leave_no_cycles(app: FastAPI, client: http
                     "checkpoint": {"v": 4, "id": f"c{n}", "ts": "2026-12-06T00:00:00+00:00",
                                    "channel_versions": {}, "versions_seen": {}}}]}),
                 await client.get(f"{thread}/checkpoints/latest"),
+                await client.post("/v1/threads", json={"thread_id": f"{uid}-{n}"}),
             ]
             assert all(a.status_code < 300 for a in answers), [a.text for a in answers]
             refused = [
                 await client.get(f"{thread}-missing"),
                 await client.put(thread, headers={"If-Match": '"1"'}, json={"state": {}}),
                 await client.post(f"{thread}/messages", json={"role": "user", "bogus": 1}),
+                await client.post("/v1/threads", json={"thread_id": uid}),
             ]
-            assert [a.status_code for a in refused] == [404, 412, 422]
+            assert [a.status_code for a in refused] == [404, 412, 422, 409]
         assert n == 1 or ours(found) == []

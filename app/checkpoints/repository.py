@@ -753,7 +753,8 @@ class CheckpointRepository:
             columns = [target if name == "thread_pk"
                        else literal(now, c.c.created_at.type) if tbl is c and name == "created_at"
                        else tbl.c[name] for name in names]
-            stmt = insert_ignoring_conflicts(self.connection, tbl, conflict).from_select(
+            stmt = insert_ignoring_conflicts(
+                dialect_name(self.connection), tbl, conflict).from_select(
                 names, select(*columns).where(self._mine(tbl, source_pk)))
             if tbl is c:
                 stmt = stmt.returning(c.c.id)

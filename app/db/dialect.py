@@ -16,10 +16,10 @@ def dialect_name(connection: AsyncConnection) -> str:
     return connection.dialect.name
 
 
-def insert_ignoring_conflicts(connection: AsyncConnection, model: Any,
-                              index_elements: list[str]) -> Any:
-    """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either backend."""
-    module = postgresql if dialect_name(connection) == "postgresql" else sqlite
+def insert_ignoring_conflicts(dialect: str, model: Any, index_elements: list[str]) -> Any:
+    """INSERT ... ON CONFLICT (index_elements) DO NOTHING, for either backend (`dialect`,
+    a dialect's name: a statement built once per backend needs no connection)."""
+    module = postgresql if dialect == "postgresql" else sqlite
     return module.insert(model).on_conflict_do_nothing(index_elements=index_elements)
 
 

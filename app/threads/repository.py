@@ -79,9 +79,40 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
         revision=t.c.revision + 1, updated_at=bindparam("now", type_=t.c.updated_at.type),
         last_seq=t.c.last_seq + bindparam("seqs", type_=BigInteger),
         message_count=t.c.message_count + bindparam("live_delta", type_=BigInteger),
-        **{name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns},
+        **_new_values(columns),
     )
     return stmt.returning(*(t.c if returning == "all" else _KEYS))
+
+
+def _new_values(columns: tuple[str, ...]) -> dict[str, Any]:
+    """`columns` set from the parameters `new_<column>`."""
+    return {name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns}
+
+
+_NOW = bindparam("now", type_=t.c.updated_at.type)
+_MESSAGES = bindparam("messages", type_=t.c.last_seq.type)
+
+
+@cache
+def _insert(dialect: str, columns: tuple[str, ...]) -> Any:
+    """A new thread at revision 1 with `columns`, nothing where the id is taken."""
+    return (insert_ignoring_conflicts(dialect, t, ["tenant_id", "thread_id"])
+            .values(tenant_id=bindparam("tenant"), thread_id=bindparam("thread"), revision=1,
+                    created_at=_NOW, updated_at=_NOW, last_seq=_MESSAGES,
+                    message_count=_MESSAGES, **_new_values(columns))
+            .returning(*t.c))
+
+
+@cache
+def _revive(columns: tuple[str, ...]) -> Any:
+    """A tombstone started afresh with `columns` (the rest of its settings cleared)."""
+    return (update(t).where(_KEY, t.c.deleted_at.is_not(None))
+            .values(revision=t.c.revision + 1, created_at=_NOW, updated_at=_NOW,
+                    deleted_at=None, last_seq=_MESSAGES, message_count=_MESSAGES,
+                    **{"history_limit": None, "ttl_seconds": None,
+                       "forked_from_thread_id": None, "forked_from_revision": None,
+                       **_new_values(columns)})
+            .returning(*t.c))
 
 
 def advancing(expected: Expectation) -> Any:
@@ -211,27 +242,21 @@ class ThreadRepository:
                      messages: int = 0) -> AnyRow | None:
         """Create at revision 1 with `values` (state, metadata, history_limit), holding seqs
         1..`messages`; None if the id exists (live or tombstone)."""
-        stmt = (
-            insert_ignoring_conflicts(self.connection, t, ["tenant_id", "thread_id"])
-            .values(tenant_id=self.tenant_id, thread_id=thread_id, revision=1, created_at=now,
-                    updated_at=now, last_seq=messages, message_count=messages, **values)
-            .returning(*t.c)
-        )
-        return (await self.connection.execute(stmt)).first()
+        stmt = _insert(dialect_name(self.connection), tuple(sorted(values)))
+        return (await self.connection.execute(
+            stmt, self._created_params(thread_id, values, now, messages))).first()
 
     async def revive(self, thread_id: str, values: dict[str, Any], now: datetime,
                      messages: int = 0) -> AnyRow | None:
         """Start a tombstoned id afresh; its revision continues after the deletion's."""
-        stmt = (
-            update(t)
-            .where(_KEY, t.c.deleted_at.is_not(None))
-            .values(revision=t.c.revision + 1, created_at=now, updated_at=now, deleted_at=None,
-                    last_seq=messages, message_count=messages,
-                    **{"history_limit": None, "ttl_seconds": None,
-                       "forked_from_thread_id": None, "forked_from_revision": None, **values})
-            .returning(*t.c)
-        )
-        return (await self.connection.execute(stmt, self._params(thread_id))).first()
+        return (await self.connection.execute(
+            _revive(tuple(sorted(values))),
+            self._created_params(thread_id, values, now, messages))).first()
+
+    def _created_params(self, thread_id: str, values: dict[str, Any], now: datetime,
+                        messages: int) -> dict[str, Any]:
+        return {**self._params(thread_id), "now": now, "messages": messages,
+                **{f"new_{name}": value for name, value in values.items()}}
 
     async def set_log(self, thread_pk: int, *, last_seq: int, message_count: int) -> None:
         """Set a new thread's message counters (a fork copies its log after the create)."""
