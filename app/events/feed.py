@@ -12,7 +12,7 @@ signal is raised when the tenant's feed may have grown:
 
 Writers call `written(tenant)` after they committed events. On Postgres that schedules one
 sequencing pass per tenant (coalesced: while a pass runs, more writes only mark it to run
-again, and a pass waits `COALESCE_SECONDS` for the writes that follow), which numbers what is
+again, and each pass waits `COALESCE_SECONDS` for the writes that follow), which numbers what is
 ready and NOTIFYs every server. A tick every
 `events_tick_seconds` runs a pass for each tenant this process has watchers of, so an event
 whose writer died between its commit and its pass is still delivered within a tick.
@@ -152,10 +152,12 @@ class Feed:
 
     async def _sequence(self, tenant: str) -> None:
         try:
-            # Writes of the next moment share this pass (a LangGraph turn is three writes in
-            # a row): a watcher hears of them that much later, a writer pays a third.
-            await asyncio.sleep(COALESCE_SECONDS)
             while True:
+                # Writes of the next moment share this pass (a LangGraph turn is three writes
+                # in a row): a watcher hears of them that much later, a writer pays a third.
+                # So do the next pass's, under a steady stream of writes: at most one pass per
+                # tenant and process every COALESCE_SECONDS, not one per few writes.
+                await asyncio.sleep(COALESCE_SECONDS)
                 try:
                     await self.pass_for(tenant)
                 except Exception as exc:  # noqa: BLE001 - the tick retries; readers sequence too
