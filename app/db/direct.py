@@ -182,8 +182,13 @@ def alone(connection: AsyncConnection) -> bool:
 
 def together(connection: AsyncConnection) -> None:
     """Back from `alone`: the next statement begins a transaction."""
-    if _ALONE.get() is connection:
+    if running_alone(connection):
         _ALONE.set(None)
+
+
+def running_alone(connection: AsyncConnection) -> bool:
+    """`connection`'s statements run alone (`alone`), in this request."""
+    return _ALONE.get() is connection
 
 
 async def _adapter(connection: AsyncConnection, on_its_own: bool) -> Any:
@@ -211,7 +216,7 @@ class DirectContext:
 
 async def _run(connection: AsyncConnection, plan: _Plan, args: Any, many: bool,
                call: Callable[[Any], Any]) -> Any:
-    on_its_own = _ALONE.get() is connection
+    on_its_own = running_alone(connection)
     adapter = await _adapter(connection, on_its_own)
     sync = connection.sync_connection
     # The engine's listeners (statement tracing, the tenant guard), not the connection's:
@@ -311,7 +316,8 @@ def idle(connection: AsyncConnection) -> Connection | None:
 
 async def in_place(connection: AsyncConnection, fn: Callable[[Connection], T]) -> T:
     """`connection.run_sync(fn)` for what sends nothing where `connection` is `idle` (a
-    commit, an isolation level): then called in place, with no trip through the greenlet."""
+    commit with no transaction begun): then called in place, with no trip through the
+    greenlet."""
     sync = idle(connection)
     return fn(sync) if sync is not None else await connection.run_sync(fn)
 

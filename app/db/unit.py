@@ -44,8 +44,6 @@ class UnitOfWork:
     # Several changes that commit together (a batch of operations): none of them may
     # commit alone (`autocommit` says no).
     together: bool = False
-    # Its statement runs alone and commits by itself (`autocommit`): nothing to commit.
-    alone: bool = False
 
     @property
     def tenant_id(self) -> str:
@@ -63,22 +61,19 @@ class UnitOfWork:
         transaction pooler (there the statement timeout is set per transaction). False
         where it cannot be. The unit runs no other statement after that one, unless it
         calls `transactional` first."""
-        if (self.connection.dialect.name != "postgresql" or self.settings.pooled
-                or self.together or self.events or not direct.alone(self.connection)):
-            return False
-        self.alone = True
-        return True
+        return (self.connection.dialect.name == "postgresql" and not self.settings.pooled
+                and not self.together and not self.events and direct.alone(self.connection))
 
     async def transactional(self) -> None:
         """Back from `autocommit`, after a statement that stored nothing: the next statement
         begins the unit's transaction."""
         direct.together(self.connection)
-        self.alone = False
 
     def settled(self) -> bool:
         """Its one statement ran alone and committed by itself with every event it
         recorded (`autocommit`): nothing is left to send or to commit."""
-        return (self.alone and direct.idle(self.connection) is not None
+        return (direct.running_alone(self.connection)
+                and direct.idle(self.connection) is not None
                 and all(event.stored for event in self.events))
 
     def hand_over(self, since: int) -> list[PendingEvent]:

@@ -66,6 +66,10 @@ def expectation(expected: Collection[int] | None) -> Expectation:
     return "any" if expected is None else "one" if len(expected) == 1 else "many"
 
 
+_NOW = bindparam("now", type_=t.c.updated_at.type)
+_MESSAGES = bindparam("messages", type_=t.c.last_seq.type)
+
+
 @cache
 def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returning) -> Any:
     """UPDATE of a live thread: revision + 1, `columns` and the message counters set from
@@ -76,7 +80,7 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
     elif expected == "many":
         stmt = stmt.where(t.c.revision.in_(bindparam("expected", expanding=True)))
     stmt = stmt.values(
-        revision=t.c.revision + 1, updated_at=bindparam("now", type_=t.c.updated_at.type),
+        revision=t.c.revision + 1, updated_at=_NOW,
         last_seq=t.c.last_seq + bindparam("seqs", type_=BigInteger),
         message_count=t.c.message_count + bindparam("live_delta", type_=BigInteger),
         **_new_values(columns),
@@ -87,10 +91,6 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
 def _new_values(columns: tuple[str, ...]) -> dict[str, Any]:
     """`columns` set from the parameters `new_<column>`."""
     return {name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns}
-
-
-_NOW = bindparam("now", type_=t.c.updated_at.type)
-_MESSAGES = bindparam("messages", type_=t.c.last_seq.type)
 
 
 @cache
