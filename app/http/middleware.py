@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -367,7 +367,8 @@ def _short(exc: Exception) -> str:
 def request_id_of(scope: Scope) -> str:
     """The request's `X-Request-ID`: the client's, if it sent a well-formed one, else new."""
     incoming = _header(scope, b"x-request-id")
-    return incoming if incoming and _REQUEST_ID.match(incoming) else uuid.uuid4().hex
+    # 32 random hex digits, as `uuid4().hex` gave, without building a UUID (2 us a request).
+    return incoming if incoming and _REQUEST_ID.match(incoming) else os.urandom(16).hex()
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
