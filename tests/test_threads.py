@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import httpx
@@ -299,3 +300,45 @@ async def test_request_id(client: httpx.AsyncClient) -> None:
     assert len(generated.headers["x-request-id"]) >= 16
     assert generated.status_code == 404
     assert generated.json()["instance"] == "/v1/threads/does-not-exist"
+
+
+async def test_get_reads_as_the_model_renders_the_thread(client: httpx.AsyncClient,
+                                                         uid: str) -> None:
+    """GET (and `?include=messages`) renders the thread from its stored JSON text, without
+    the model that writes and lists render it with: each must read the same, members,
+    values and key order, for every kind of thread."""
+    odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
+    state = {"z": 1, "a": [1.5, None, {"n": odd}], odd: {}, "big": 12345678901234567890,
+             "float": 2.0, "tiny": 1e-7, "huge": 1e20, "t": True}
+
+    def ordered(text: str) -> object:
+        return json.loads(text, object_pairs_hook=list)
+
+    made = [await client.post("/v1/threads", json={"thread_id": f"plain-{uid}",
+                                                   "state": state, "metadata": {odd: odd}}),
+            await client.put(f"/v1/threads/kept-{uid}", json={
+                "state": state, "metadata": {}, "history_limit": 3, "ttl_seconds": 3600}),
+            await client.post(f"/v1/threads/kept-{uid}/fork", json={"thread_id": f"fork-{uid}"})]
+    patched = await client.patch(f"/v1/threads/fork-{uid}", json={"ttl_seconds": 60},
+                                 headers={"Content-Type": "application/merge-patch+json",
+                                          "If-Match": "*"})
+    for written in [*made, patched]:
+        assert written.status_code in (200, 201), written.text
+    listed = await client.get("/v1/threads", params=[
+        ("thread_id", f"{kind}-{uid}") for kind in ("plain", "kept", "fork")])
+    assert listed.status_code == 200, listed.text
+    by_id = {item["thread_id"]: item for item in listed.json()["data"]}
+    for written in (made[0], made[1], patched):
+        thread_id = written.json()["thread_id"]
+        got = await client.get(f"/v1/threads/{thread_id}")
+        assert got.status_code == 200 and got.headers["etag"] == written.headers["etag"]
+        assert ordered(got.text) == ordered(written.text), thread_id
+        assert ordered(got.text) == ordered(json.dumps(by_id[thread_id])), thread_id
+        with_messages = ordered((await client.get(f"/v1/threads/{thread_id}",
+                                                  params={"include": "messages"})).text)
+        assert isinstance(with_messages, list)
+        assert with_messages[:-2] == ordered(got.text)
+        assert with_messages[-2:] == [("messages", []), ("messages_next_cursor", None)]
+    forked = made[2].json()["forked_from"]
+    assert forked == {"thread_id": f"kept-{uid}", "revision": 1}
+    assert (await client.get(f"/v1/threads/fork-{uid}")).json()["forked_from"] == forked

@@ -24,6 +24,10 @@ _BAD_ESCAPE = re.compile(
 )
 
 
+# `dumps` of a string, without its Python frame (`json.JSONEncoder(ensure_ascii=False)`'s).
+json_string = json.encoder.encode_basestring
+
+
 def dumps(value: Any) -> str:
     """Compact, order-preserving, UTF-8 friendly: the form we store and send."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)

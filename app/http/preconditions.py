@@ -69,17 +69,18 @@ def conditional(response: Response, body: M, revision: int,
     return with_etag(response, body, revision)
 
 
-def model_json(body: BaseModel, *, status_code: int = 200, exclude_unset: bool = False,
+def model_json(body: BaseModel | str, *, status_code: int = 200, exclude_unset: bool = False,
                headers: dict[str, str] | None = None) -> Response:
-    """The body as JSON, serialised once by its own model: the bytes the route's response
-    model would send, without FastAPI validating again a model that was built validated
-    (the route keeps declaring its `response_model` for the OpenAPI document; a returned
-    Response carries its headers itself)."""
-    return Response(body.model_dump_json(exclude_unset=exclude_unset), status_code=status_code,
-                    media_type="application/json", headers=headers)
+    """The body as JSON, serialised once by its own model (or rendered already, as text):
+    the bytes the route's response model would send, without FastAPI validating again a
+    model that was built validated (the route keeps declaring its `response_model` for the
+    OpenAPI document; a returned Response carries its headers itself)."""
+    text = body if isinstance(body, str) else body.model_dump_json(exclude_unset=exclude_unset)
+    return Response(text, status_code=status_code, media_type="application/json",
+                    headers=headers)
 
 
-def json_with_etag(body: BaseModel, revision: int, *, status_code: int = 200,
+def json_with_etag(body: BaseModel | str, revision: int, *, status_code: int = 200,
                    exclude_unset: bool = False, headers: dict[str, str] | None = None,
                    ) -> Response:
     """`model_json` with the body's ETag."""
@@ -87,7 +88,7 @@ def json_with_etag(body: BaseModel, revision: int, *, status_code: int = 200,
                       headers={"ETag": etag(revision), **(headers or {})})
 
 
-def conditional_json(body: BaseModel, revision: int, validator: Preconditions, *,
+def conditional_json(body: BaseModel | str, revision: int, validator: Preconditions, *,
                      exclude_unset: bool = False) -> Response:
     """`conditional`, answered with `json_with_etag`."""
     unchanged = conditional(Response(), body, revision, validator)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -15,6 +14,7 @@ from pydantic import (
 )
 
 from app.core.errors import Unprocessable
+from app.core.jsonutil import json_string
 from app.core.limits import check_metadata
 from app.core.pagination import RenderedPage, split_rendered
 from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp, utc_text
@@ -218,8 +218,6 @@ class MessageOut(RowModel):
         return data
 
 
-# `json.JSONEncoder(ensure_ascii=False).encode` of a string, without its Python frame.
-_string = json.encoder.encode_basestring
 # The columns `render_message` reads, in this order (a row unpacks by position ten times
 # faster than its attributes are read by name).
 RENDERED_COLUMNS = ("message_id", "seq", "position", "role", "content", "item", "name",
@@ -235,25 +233,25 @@ def render_message(row: Any) -> str:
     tests/test_messages.py holds the two renderings equal."""
     (message_id, seq, position, role, content, item, name, tool_calls, tool_call_id,
      agent_name, metadata, created_at, status, compacted_by, summary_of, parent_id) = row
-    parts = [(f'{{"id":{_string(message_id)},"seq":{seq},"position":{position},'
-              f'"role":{_string(role)},"content":{content or "null"}')]
+    parts = [(f'{{"id":{json_string(message_id)},"seq":{seq},"position":{position},'
+              f'"role":{json_string(role)},"content":{content or "null"}')]
     if item is not None and item != "null":
         parts.append(f',"item":{item}')
     if name is not None:
-        parts.append(f',"name":{_string(name)}')
+        parts.append(f',"name":{json_string(name)}')
     if tool_calls is not None and tool_calls != "null":
         parts.append(f',"tool_calls":{tool_calls}')
     if tool_call_id is not None:
-        parts.append(f',"tool_call_id":{_string(tool_call_id)}')
+        parts.append(f',"tool_call_id":{json_string(tool_call_id)}')
     if agent_name is not None:
-        parts.append(f',"agent_name":{_string(agent_name)}')
+        parts.append(f',"agent_name":{json_string(agent_name)}')
     created = created_at if type(created_at) is str else utc_text(created_at)
     parts.append(f',"metadata":{metadata},"created_at":"{created}","status":"{status}"')
     compaction = compacted_by if status == "compacted" else summary_of
     if compaction is not None:
-        parts.append(f',"compaction_id":{_string(compaction)}')
+        parts.append(f',"compaction_id":{json_string(compaction)}')
     if parent_id is not None:
-        parts.append(f',"parent_id":{_string(parent_id)}')
+        parts.append(f',"parent_id":{json_string(parent_id)}')
     parts.append("}")
     return "".join(parts)
 

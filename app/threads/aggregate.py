@@ -68,9 +68,9 @@ class ThreadAggregate:
 
     # --- reads -------------------------------------------------------------------------
 
-    async def live(self, thread_id: str) -> AnyRow:
+    async def live(self, thread_id: str, returning: Returning = "all") -> AnyRow:
         """The row of a thread readers may see; a tombstone reads as 404."""
-        row = await self.repo.get(thread_id)
+        row = await self.repo.get(thread_id, returning=returning)
         if row is None or row.deleted_at is not None:
             raise _missing(thread_id)
         return row

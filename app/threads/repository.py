@@ -13,9 +13,11 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
+    Text,
     and_,
     bindparam,
     case,
+    cast,
     delete,
     func,
     insert,
@@ -32,6 +34,7 @@ from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contain
 from app.events.models import Event
 from app.events.repository import written_by
 from app.threads.models import Thread, ThreadRevision
+from app.threads.schemas import RENDERED_COLUMNS
 
 t = table(Thread)
 h = table(ThreadRevision)
@@ -39,9 +42,13 @@ e = table(Event)
 Lock = Literal["update", "share"] | None
 Expectation = Literal["any", "one", "many"]
 # "all": the whole row comes back; "keys": only what a write to the thread's children needs,
-# so an append never pays for the size of the thread's state.
-Returning = Literal["all", "keys"]
+# so an append never pays for the size of the thread's state; "stored": what the thread's
+# representation shows, its JSON as the text stored (`render_thread`), its key and `deleted_at`.
+Returning = Literal["all", "keys", "stored"]
 _KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at, t.c.history_limit)
+_STORED = tuple(cast(t.c[name], Text).label(name) if name in ("state", "metadata")
+                else t.c[name] for name in (*RENDERED_COLUMNS, "id", "deleted_at"))
+_RETURNED = {"all": tuple(t.c), "keys": _KEYS, "stored": _STORED}
 
 # The statements every request runs are built once per shape, with a parameter for every
 # value (docs/CONVENTIONS.md, "Statements"): building and keying a statement costs about as
@@ -56,7 +63,7 @@ _GET_MANY_LOCKED = _GET_MANY.with_for_update(key_share=True)
 
 @cache
 def _get(lock: Lock, returning: Returning) -> Any:
-    stmt = select(*(t.c if returning == "all" else _KEYS)).where(_KEY)
+    stmt = select(*_RETURNED[returning]).where(_KEY)
     # "share" (FOR KEY SHARE) keeps the row from being deleted under a child insert without
     # blocking appends; "update" (FOR NO KEY UPDATE) excludes other writers.
     return stmt.with_for_update(read=lock == "share", key_share=True) if lock else stmt
@@ -85,7 +92,7 @@ def _advance(columns: tuple[str, ...], expected: Expectation, returning: Returni
         message_count=t.c.message_count + bindparam("live_delta", type_=BigInteger),
         **_new_values(columns),
     )
-    return stmt.returning(*(t.c if returning == "all" else _KEYS))
+    return stmt.returning(*_RETURNED[returning])
 
 
 def _new_values(columns: tuple[str, ...]) -> dict[str, Any]:

@@ -5,14 +5,12 @@ from typing import Annotated, Literal
 from fastapi import Body, Path, Query, Request, Response
 
 from app.core.pagination import Page
-from app.core.revisions import etag
 from app.core.schemas import AwareTimestamp, Name
 from app.http.dependencies import ConditionalReader, ConditionalWriter, Reader, Writer
 from app.http.pagination import Cursor, Limit, linked, linked_json
 from app.http.params import ThreadId, json_object_param
 from app.http.preconditions import (
     NOT_MODIFIED,
-    conditional,
     conditional_json,
     json_with_etag,
     with_etag,
@@ -28,7 +26,6 @@ from app.threads.schemas import (
     ThreadReplace,
     ThreadRevisionOut,
     ThreadWithMessages,
-    with_messages_json,
 )
 from app.threads.service import ThreadService
 
@@ -81,22 +78,16 @@ async def list_threads(
             response_model=ThreadWithMessages, response_model_exclude_unset=True,
             summary="Get a thread")
 async def get_thread(
-    thread_id: ThreadId, response: Response, uow: ConditionalReader,
+    thread_id: ThreadId, uow: ConditionalReader,
     include: Annotated[Literal["messages"] | None, Query(
         description="`messages`: add the first page of the live view as `messages`.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "page size, 1-1000.")] = 100,
-) -> ThreadOut | Response:
+) -> Response:
     service = ThreadService(uow)
-    if include != "messages":
-        thread = await service.get(thread_id)
-        return conditional_json(thread, thread.revision, uow.preconditions, exclude_unset=True)
-    thread, page = await service.get_with_messages(thread_id, messages_limit)
-    unchanged = conditional(response, thread, thread.revision, uow.preconditions)
-    if isinstance(unchanged, Response):
-        return unchanged
-    return Response(with_messages_json(thread, page), media_type="application/json",
-                    headers={"ETag": etag(thread.revision)})
+    revision, body = await (service.get(thread_id) if include != "messages"
+                            else service.get_with_messages(thread_id, messages_limit))
+    return conditional_json(body, revision, uow.preconditions)
 
 
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},

@@ -4,8 +4,17 @@ from typing import Annotated, Any, Self
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
+from app.core.jsonutil import json_string
 from app.core.pagination import RenderedPage
-from app.core.schemas import INT64_MAX, JsonObject, Name, RowModel, Strict, Timestamp
+from app.core.schemas import (
+    INT64_MAX,
+    JsonObject,
+    Name,
+    RowModel,
+    Strict,
+    Timestamp,
+    utc_text,
+)
 from app.messages.schemas import MessageIn, MessageOut
 
 HistoryLimit = Annotated[int, Field(
@@ -108,10 +117,39 @@ class ThreadWithMessages(ThreadOut):
     )
 
 
-def with_messages_json(thread: ThreadOut, page: RenderedPage) -> str:
-    """`ThreadWithMessages` as JSON text, its messages rendered ahead (`render_message`)."""
-    head = thread.model_dump_json(exclude_unset=True)
-    return (f'{head[:-1]},"messages":{page.data_json()},'
+# The columns `render_thread` reads, in this order.
+RENDERED_COLUMNS = ("thread_id", "revision", "state", "metadata", "created_at", "updated_at",
+                    "message_count", "history_limit", "ttl_seconds", "forked_from_thread_id",
+                    "forked_from_revision")
+
+
+def render_thread(row: Any) -> str:
+    """`ThreadOut.from_row(row)` as JSON text (`exclude_unset`, as every route sends it): the
+    same members in the same order, from a row of `RENDERED_COLUMNS` with `state` and
+    `metadata` as the text they are stored as (`ThreadRepository.get(...,
+    returning="stored")`), so a read neither parses the state nor serialises it again.
+    Numbers read as they were written (the stored text is `app.core.jsonutil.dumps`'s), as
+    messages do. tests/test_threads.py holds the two renderings equal."""
+    (thread_id, revision, state, metadata, created_at, updated_at, message_count,
+     history_limit, ttl_seconds, source, source_revision, *_) = row
+    parts = [f'{{"thread_id":{json_string(thread_id)},"revision":{revision}',
+             f',"state":{state},"metadata":{metadata}',
+             f',"created_at":"{utc_text(created_at)}","updated_at":"{utc_text(updated_at)}"',
+             f',"message_count":{message_count}']
+    if history_limit is not None:
+        parts.append(f',"history_limit":{history_limit}')
+    if ttl_seconds is not None:
+        parts.append(f',"ttl_seconds":{ttl_seconds}')
+    parts.append(',"forked_from":null}' if source is None else
+                 f',"forked_from":{{"thread_id":{json_string(source)},'
+                 f'"revision":{source_revision}}}}}')
+    return "".join(parts)
+
+
+def with_messages_json(thread: str, page: RenderedPage) -> str:
+    """`ThreadWithMessages` as JSON text, from the thread as `render_thread` renders it and
+    its messages rendered ahead (`render_message`)."""
+    return (f'{thread[:-1]},"messages":{page.data_json()},'
             f'"messages_next_cursor":{page.cursor_json()}}}')
 
 

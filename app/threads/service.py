@@ -42,6 +42,7 @@ from app.threads.schemas import (
     ThreadPatch,
     ThreadReplace,
     ThreadRevisionOut,
+    render_thread,
     with_messages_json,
 )
 
@@ -77,17 +78,20 @@ class ThreadService:
             raise ThreadExists(f"Thread {thread_id!r} already exists.")
         return ThreadOut.from_row(row)
 
-    async def get(self, thread_id: str) -> ThreadOut:
-        return ThreadOut.from_row(await self.threads.live(thread_id))
+    async def get(self, thread_id: str) -> tuple[int, str]:
+        """The thread's revision and its representation (`render_thread`)."""
+        row = await self.threads.live(thread_id, returning="stored")
+        return row.revision, render_thread(row)
 
-    async def get_with_messages(self, thread_id: str,
-                                limit: int) -> tuple[ThreadOut, RenderedPage]:
-        """The thread and the first page of its live view, read in one transaction."""
-        row = await self.threads.live(thread_id)
+    async def get_with_messages(self, thread_id: str, limit: int) -> tuple[int, str]:
+        """The thread's revision and its representation with the first page of its live view
+        (`ThreadWithMessages`), read in one transaction."""
+        row = await self.threads.live(thread_id, returning="stored")
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
             agent_name=None, limit=limit + 1, as_stored=True)
-        return ThreadOut.from_row(row), message_page(rows, limit, self.settings.max_page_bytes)
+        page = message_page(rows, limit, self.settings.max_page_bytes)
+        return row.revision, with_messages_json(render_thread(row), page)
 
     async def replace(self, thread_id: str, body: ThreadReplace,
                       pre: Preconditions) -> tuple[ThreadOut, bool]:
@@ -229,7 +233,8 @@ class ThreadService:
                 agent_name=None, limit=size + 1, as_stored=True) if thread.message_count else []
             page = message_page(found, size, max(budget, 0))
             budget -= sum(map(len, page.items))
-            items.append(with_messages_json(ThreadOut.from_row(thread), page))
+            items.append(with_messages_json(
+                ThreadOut.from_row(thread).model_dump_json(exclude_unset=True), page))
         return RenderedPage(items, rows.next_cursor)
 
     async def revisions(self, thread_id: str, *, limit: int,
