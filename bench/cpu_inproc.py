@@ -5,11 +5,13 @@ Postgres database. A quick A/B of the application's own work between builds; ben
 uvicorn servers) is the measure docs/PERFORMANCE.md reports.
 
     .venv/bin/python -m bench.cpu_inproc [--requests 400] [--rounds 10] [--profile OP] [--calls]
-                                         [--store] [--checkpoints]
+                                         [--store] [--checkpoints] [--messages] [--lists]
 
 `--store` adds the store's get, put and a filtered search (`store_get`, `store_put`,
 `store_search`); `--checkpoints` adds AgentStateSaver's read of the latest checkpoint by
-digest (`cp_latest`) and a LangGraph step's checkpoint batch (`cp_batch`).
+digest (`cp_latest`) and a LangGraph step's checkpoint batch (`cp_batch`); `--messages` a
+page of a thread's newest 20 messages (`messages_page`); `--lists` a page of the tenant's
+newest 20 threads (`threads_list`).
 
 CPU is this process's time.process_time() over the requests (Postgres runs elsewhere), four
 requests in flight at a time as bench.cpu's four connections. `--profile OP` runs OP under
@@ -125,6 +127,8 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     slot.counter += 1
     if op in ("get_thread", "floor"):
         return "GET", f"/v1/threads/{slot.thread}", None, []
+    if op == "threads_list":  # the newest 20 threads of the tenant, one page
+        return "GET", "/v1/threads?limit=20", None, []
     if op == "messages_page":  # AgentStateSession.get_items(20): the newest 20, one page
         return "GET", f"/v1/threads/{slot.thread}/messages?order=desc&limit=20", None, []
     if op == "cp_latest":  # AgentStateSaver's aget_tuple
@@ -238,7 +242,7 @@ async def main_async(args: argparse.Namespace, url: str) -> None:
             # state replace on threads of its own: an append moves the thread's revision.
             own = [await setup(ours, run + "r", i) for i in range(4)]
             ops = ["get_thread", "floor", "state_replace", "append_1", *args.store,
-                   *args.checkpoints, *args.messages]
+                   *args.checkpoints, *args.messages, *args.lists]
             if args.calls:
                 print("Python function calls per request (calls into Python and C functions, "
                       "counted by sys.setprofile: the interpreter's work, free of the noise "
@@ -295,6 +299,9 @@ def main() -> None:
                         const=["messages_page"],
                         help="also a page of the newest 20 of a thread's 40 messages (as "
                              "AgentStateSession.get_items(20) reads)")
+    parser.add_argument("--lists", action="store_const", default=[],
+                        const=["threads_list"],
+                        help="also a page of the newest 20 threads")
     parser.add_argument("--checkpoints", action="store_const", default=[],
                         const=["cp_latest", "cp_batch"],
                         help="also AgentStateSaver's read (latest, by digest) and a step's "

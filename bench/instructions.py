@@ -6,7 +6,7 @@ where CPU time swings by a quarter (docs/PERFORMANCE.md); it is not time: a cach
 system call costs more than its instructions say.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--store] [--checkpoints]
-                                           [--messages]
+                                           [--messages] [--lists]
 
 Needs valgrind (Debian's package `valgrind`). The application runs under callgrind (about
 fifty times slower: a minute or two in all); every operation is warmed up, then counted
@@ -66,7 +66,7 @@ async def _inner(args: argparse.Namespace, directory: Path) -> None:
                  for i in range(4)]
         own = [await setup(ours, run + "r", i) for i in range(4)]
         ops = ["get_thread", "floor", "state_replace", "append_1", *args.store,
-               *args.checkpoints, *args.messages]
+               *args.checkpoints, *args.messages, *args.lists]
         counts: dict[str, float] = {}
         for op in ops:
             app = floor if op == "floor" else ours
@@ -92,6 +92,7 @@ def main() -> None:
                         const=["cp_latest", "cp_batch"])
     parser.add_argument("--messages", action="store_const", default=[],
                         const=["messages_page"])
+    parser.add_argument("--lists", action="store_const", default=[], const=["threads_list"])
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:

@@ -304,9 +304,9 @@ async def test_request_id(client: httpx.AsyncClient) -> None:
 
 async def test_get_reads_as_the_model_renders_the_thread(client: httpx.AsyncClient,
                                                          uid: str) -> None:
-    """GET (and `?include=messages`) renders the thread from its stored JSON text, without
-    the model that writes and lists render it with: each must read the same, members,
-    values and key order, for every kind of thread."""
+    """GET, `?include=messages` and lists render the thread from its stored JSON text,
+    without the model that writes render it with: each must read the same, members, values
+    and key order, for every kind of thread."""
     odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
     state = {"z": 1, "a": [1.5, None, {"n": odd}], odd: {}, "big": 12345678901234567890,
              "float": 2.0, "tiny": 1e-7, "huge": 1e20, "t": True}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, cast, func, literal
+from sqlalchemy import ColumnElement, String, bindparam, cast, func, literal
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -29,6 +29,16 @@ def json_contains(connection: AsyncConnection, column: Any, query: Any) -> Colum
     Columns are stored as `json` (which keeps key order); Postgres compares them as jsonb,
     served by a GIN index on the same expression. SQLite calls our registered function.
     """
-    if dialect_name(connection) == "postgresql":
-        return cast(column, JSONB).op("@>")(cast(literal(dumps(query)), JSONB))
-    return func.agentstate_json_contains(column, dumps(query)) == 1
+    return _contains(dialect_name(connection), column, literal(dumps(query)))
+
+
+def json_contains_param(dialect: str, column: Any, name: str) -> ColumnElement[bool]:
+    """`json_contains` with the query the parameter `name`, its JSON text (`dumps`'s): for
+    a statement built once per backend (`dialect`, a dialect's name)."""
+    return _contains(dialect, column, bindparam(name, type_=String()))
+
+
+def _contains(dialect: str, column: Any, query: Any) -> ColumnElement[bool]:
+    if dialect == "postgresql":
+        return cast(column, JSONB).op("@>")(cast(query, JSONB))
+    return func.agentstate_json_contains(column, query) == 1

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
+    Integer,
     Text,
     and_,
     bindparam,
@@ -28,9 +29,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.core.jsonutil import dumps
 from app.db import direct
 from app.db.base import AnyRow, table, utcnow
-from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains
+from app.db.dialect import (
+    dialect_name,
+    insert_ignoring_conflicts,
+    json_contains_param,
+)
 from app.events.models import Event
 from app.events.repository import written_by
 from app.threads.models import Thread, ThreadRevision
@@ -215,6 +221,28 @@ def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event
     return stmt
 
 
+@cache
+def _page(dialect: str, order_by: Literal["created_at", "updated_at"], thread_ids: bool,
+          forked_from: bool, metadata: bool, updated_after: bool, after: bool) -> Any:
+    """The statement of `ThreadRepository.page` for one shape of its filters, built once."""
+    stmt = select(*_STORED).where(t.c.tenant_id == bindparam("tenant"), t.c.deleted_at.is_(None))
+    if thread_ids:
+        stmt = stmt.where(t.c.thread_id.in_(bindparam("thread_ids", expanding=True)))
+    if forked_from:
+        stmt = stmt.where(t.c.forked_from_thread_id == bindparam("forked_from"))
+    if metadata:
+        stmt = stmt.where(json_contains_param(dialect, t.c.metadata, "metadata"))
+    if updated_after:
+        stmt = stmt.where(t.c.updated_at > bindparam("updated_after", type_=t.c.updated_at.type))
+    at = t.c[order_by]
+    if after:
+        moment = bindparam("after_at", type_=at.type)
+        thread = bindparam("after_thread", type_=t.c.thread_id.type)
+        stmt = stmt.where(or_(at < moment, and_(at == moment, t.c.thread_id < thread)))
+    return (stmt.order_by(at.desc(), t.c.thread_id.desc())
+            .limit(bindparam("limit", type_=Integer)))
+
+
 class ThreadRepository:
     def __init__(self, connection: AsyncConnection, tenant_id: str) -> None:
         self.connection = connection
@@ -375,21 +403,15 @@ class ThreadRepository:
                    thread_ids: list[str] | None = None,
                    forked_from: str | None = None) -> list[AnyRow]:
         """Live threads (among `thread_ids`, when given; forked from thread `forked_from`,
-        when given), newest first by `order_by`, keyset-paged on (that time, thread_id)."""
-        stmt = select(t).where(t.c.tenant_id == self.tenant_id, t.c.deleted_at.is_(None))
-        if thread_ids:
-            stmt = stmt.where(t.c.thread_id.in_(thread_ids))
-        if forked_from is not None:
-            stmt = stmt.where(t.c.forked_from_thread_id == forked_from)
-        if metadata:
-            stmt = stmt.where(json_contains(self.connection, t.c.metadata, metadata))
-        if updated_after is not None:
-            stmt = stmt.where(t.c.updated_at > updated_after)
-        at = t.c[order_by]
+        when given), newest first by `order_by`, keyset-paged on (that time, thread_id); the
+        columns `get(..., returning="stored")` reads."""
+        stmt = _page(dialect_name(self.connection), order_by, bool(thread_ids),
+                     forked_from is not None, bool(metadata), updated_after is not None,
+                     after is not None)
+        params: dict[str, Any] = {"tenant": self.tenant_id, "limit": limit,
+                                  "thread_ids": thread_ids, "forked_from": forked_from,
+                                  "metadata": dumps(metadata) if metadata else None,
+                                  "updated_after": updated_after}
         if after is not None:
-            moment, thread_id = after
-            stmt = stmt.where(
-                or_(at < moment, and_(at == moment, t.c.thread_id < thread_id))
-            )
-        stmt = stmt.order_by(at.desc(), t.c.thread_id.desc()).limit(limit)
-        return list((await self.connection.execute(stmt)).all())
+            params["after_at"], params["after_thread"] = after
+        return await direct.rows(self.connection, stmt, params)

@@ -45,7 +45,7 @@ async def create_thread(body: ThreadCreate, response: Response, uow: Writer) -> 
             response_model_exclude_unset=True,
             summary="List threads, newest first (created or updated)")
 async def list_threads(
-    request: Request, response: Response, uow: Reader,
+    request: Request, uow: Reader,
     limit: Limit = 20, cursor: Cursor = None,
     metadata: Annotated[str | None, Query(description="JSON object; containment (@>).")] = None,
     updated_after: Annotated[AwareTimestamp | None, Query(
@@ -63,7 +63,7 @@ async def list_threads(
                     "`GET /v1/threads/{thread_id}?include=messages` gives it.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "each thread's page size, 1-1000.")] = 100,
-) -> Page[ThreadOut] | Response:
+) -> Response:
     service = ThreadService(uow)
     filters = {"limit": limit, "cursor": cursor, "updated_after": updated_after,
                "metadata": json_object_param("metadata", metadata, uow.settings.max_json_depth),
@@ -71,7 +71,7 @@ async def list_threads(
     if include == "messages":
         return linked_json(request, await service.list_with_messages(
             messages_limit=messages_limit, **filters))
-    return linked(request, response, await service.list(**filters))
+    return linked_json(request, await service.list(**filters))
 
 
 @router.get("/{thread_id}", responses={**responses(404), **NOT_MODIFIED},

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from app.agent_states.repository import AgentStateRepository
 from app.compactions.repository import CompactionRepository
@@ -18,6 +17,7 @@ from app.core.pagination import (
     bad_cursor,
     decode_cursor,
     split_page,
+    split_rendered,
 )
 from app.core.revisions import Preconditions, check_preconditions
 from app.core.schemas import parse_timestamp
@@ -46,7 +46,6 @@ from app.threads.schemas import (
     with_messages_json,
 )
 
-T = TypeVar("T")
 CURSOR = "threads"
 HISTORY_CURSOR = "revisions"
 
@@ -193,11 +192,12 @@ class ThreadService:
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)
 
-    async def _page(self, out: Callable[[AnyRow], T], *, limit: int, cursor: str | None,
+    async def _page(self, *, limit: int, cursor: str | None,
                     metadata: dict[str, Any] | None, updated_after: datetime | None,
                     order_by: Literal["created_at", "updated_at"] = "created_at",
                     thread_ids: list[str] | None = None,
-                    forked_from: str | None = None) -> Page[T]:
+                    forked_from: str | None = None) -> tuple[list[AnyRow], RenderedPage]:
+        """The page of threads, rendered (`render_thread`), and the rows of its items."""
         # Each order has its own cursor kind: a cursor of one is refused by the other.
         kind = CURSOR if order_by == "created_at" else f"{CURSOR}_by_{order_by}"
         after = decode_cursor(kind, cursor, 2)
@@ -208,24 +208,25 @@ class ThreadService:
         rows = await self.repo.page(limit=limit + 1, after=key, metadata=metadata,
                                     updated_after=updated_after, order_by=order_by,
                                     thread_ids=thread_ids, forked_from=forked_from)
-        return split_page(kind, rows, limit,
-                          lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
-                          out, max_bytes=self.settings.max_page_bytes)
+        page = split_rendered(kind, rows, limit,
+                              lambda row: [getattr(row, order_by).isoformat(), row.thread_id],
+                              render_thread, max_bytes=self.settings.max_page_bytes)
+        return rows[:len(page.items)], page
 
-    async def list(self, **filters: Any) -> Page[ThreadOut]:
+    async def list(self, **filters: Any) -> RenderedPage:
         """Live threads, newest first by `order_by` (see `_page` for the filters)."""
-        return await self._page(ThreadOut.from_row, **filters)
+        return (await self._page(**filters))[1]
 
     async def list_with_messages(self, *, messages_limit: int, **filters: Any) -> RenderedPage:
         """The page `list(**filters)` makes, each thread with the first page of its live view
         (as `GET` with `include=messages`), read in one transaction. The messages of the whole
         page share one `max_page_bytes` budget, spent in page order; a thread's page cut short
         by it has its `messages_next_cursor` (and at least one message)."""
-        rows = await self._page(lambda row: row, **filters)
+        rows, threads = await self._page(**filters)
         messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
         budget = self.settings.max_page_bytes
         items = []
-        for thread in rows.data:
+        for thread, rendered in zip(rows, threads.items, strict=True):
             # Once the budget is spent, a thread gets one message and its cursor.
             size = messages_limit if budget > 0 else 1
             found = await messages.page(
@@ -233,9 +234,8 @@ class ThreadService:
                 agent_name=None, limit=size + 1, as_stored=True) if thread.message_count else []
             page = message_page(found, size, max(budget, 0))
             budget -= sum(map(len, page.items))
-            items.append(with_messages_json(
-                ThreadOut.from_row(thread).model_dump_json(exclude_unset=True), page))
-        return RenderedPage(items, rows.next_cursor)
+            items.append(with_messages_json(rendered, page))
+        return RenderedPage(items, threads.next_cursor)
 
     async def revisions(self, thread_id: str, *, limit: int,
                         cursor: str | None) -> Page[ThreadRevisionOut]:
