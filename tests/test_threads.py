@@ -8,6 +8,8 @@ import re
 import httpx
 import pytest
 
+from app.threads.schemas import ThreadOut
+
 pytestmark = pytest.mark.anyio
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -302,11 +304,12 @@ async def test_request_id(client: httpx.AsyncClient) -> None:
     assert generated.json()["instance"] == "/v1/threads/does-not-exist"
 
 
-async def test_get_reads_as_the_model_renders_the_thread(client: httpx.AsyncClient,
-                                                         uid: str) -> None:
-    """GET, `?include=messages` and lists render the thread from its stored JSON text,
-    without the model that writes render it with: each must read the same, members, values
-    and key order, for every kind of thread."""
+async def test_every_route_sends_the_thread_as_its_model_renders_it(client: httpx.AsyncClient,
+                                                                    uid: str) -> None:
+    """Routes render a thread from its stored JSON text (`render_thread`), not through
+    `ThreadOut`, the schema the OpenAPI document declares: what each sends (create, PUT,
+    PATCH, fork, batch, GET, `?include=messages`, lists) must read as the model renders
+    it, members, values and key order, for every kind of thread."""
     odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
     state = {"z": 1, "a": [1.5, None, {"n": odd}], odd: {}, "big": 12345678901234567890,
              "float": 2.0, "tiny": 1e-7, "huge": 1e20, "t": True}
@@ -314,26 +317,36 @@ async def test_get_reads_as_the_model_renders_the_thread(client: httpx.AsyncClie
     def ordered(text: str) -> object:
         return json.loads(text, object_pairs_hook=list)
 
+    def as_the_model(text: str) -> object:
+        return ordered(ThreadOut.model_validate_json(text).model_dump_json(exclude_unset=True))
+
     made = [await client.post("/v1/threads", json={"thread_id": f"plain-{uid}",
                                                    "state": state, "metadata": {odd: odd}}),
             await client.put(f"/v1/threads/kept-{uid}", json={
                 "state": state, "metadata": {}, "history_limit": 3, "ttl_seconds": 3600}),
-            await client.post(f"/v1/threads/kept-{uid}/fork", json={"thread_id": f"fork-{uid}"})]
-    patched = await client.patch(f"/v1/threads/fork-{uid}", json={"ttl_seconds": 60},
-                                 headers={"Content-Type": "application/merge-patch+json",
-                                          "If-Match": "*"})
-    for written in [*made, patched]:
+            await client.post(f"/v1/threads/kept-{uid}/fork", json={"thread_id": f"fork-{uid}"}),
+            await client.patch(f"/v1/threads/fork-{uid}", json={"ttl_seconds": 60},
+                               headers={"Content-Type": "application/merge-patch+json",
+                                        "If-Match": "*"}),
+            await client.put(f"/v1/threads/plain-{uid}", json={"state": {"n": -0.0}},
+                             headers={"If-Match": "*"})]
+    for written in made:
         assert written.status_code in (200, 201), written.text
+        assert ordered(written.text) == as_the_model(written.text)
+    batch = await client.post("/v1/batch", json={"operations": [
+        {"op": "thread.put", "thread_id": f"batch-{uid}", "body": {"state": state}}]})
+    assert batch.status_code == 200, batch.text
+    batched = batch.json()["results"][0]["body"]
+    assert ordered(json.dumps(batched)) == as_the_model(json.dumps(batched))
     listed = await client.get("/v1/threads", params=[
-        ("thread_id", f"{kind}-{uid}") for kind in ("plain", "kept", "fork")])
+        ("thread_id", f"{kind}-{uid}") for kind in ("plain", "kept", "fork", "batch")])
     assert listed.status_code == 200, listed.text
     by_id = {item["thread_id"]: item for item in listed.json()["data"]}
-    for written in (made[0], made[1], patched):
-        thread_id = written.json()["thread_id"]
+    assert len(by_id) == 4
+    for thread_id, item in by_id.items():
         got = await client.get(f"/v1/threads/{thread_id}")
-        assert got.status_code == 200 and got.headers["etag"] == written.headers["etag"]
-        assert ordered(got.text) == ordered(written.text), thread_id
-        assert ordered(got.text) == ordered(json.dumps(by_id[thread_id])), thread_id
+        assert got.status_code == 200, got.text
+        assert ordered(got.text) == as_the_model(got.text) == ordered(json.dumps(item))
         with_messages = ordered((await client.get(f"/v1/threads/{thread_id}",
                                                   params={"include": "messages"})).text)
         assert isinstance(with_messages, list)
@@ -341,4 +354,6 @@ async def test_get_reads_as_the_model_renders_the_thread(client: httpx.AsyncClie
         assert with_messages[-2:] == [("messages", []), ("messages_next_cursor", None)]
     forked = made[2].json()["forked_from"]
     assert forked == {"thread_id": f"kept-{uid}", "revision": 1}
-    assert (await client.get(f"/v1/threads/fork-{uid}")).json()["forked_from"] == forked
+    assert by_id[f"fork-{uid}"]["forked_from"] == forked
+    assert by_id[f"kept-{uid}"]["history_limit"] == 3 and "history_limit" not in by_id[
+        f"plain-{uid}"]

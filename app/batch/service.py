@@ -11,6 +11,7 @@ of the batch is written; the problem names the operation by its index.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from app.agent_states.service import AgentStateService
@@ -108,11 +109,11 @@ class BatchService:
         if isinstance(op, ThreadPut):
             thread, created = await ThreadService(uow).replace(op.thread_id, op.body, pre)
             return OperationResult(status=201 if created else 200, etag=etag(thread.revision),
-                                   body=thread.model_dump(mode="json"))
+                                   body=json.loads(thread.json))
         if isinstance(op, ThreadPatchOp):
             thread = await ThreadService(uow).patch(op.thread_id, op.body, pre, held)
             return OperationResult(status=200, etag=etag(thread.revision),
-                                   body=thread.model_dump(mode="json"))
+                                   body=json.loads(thread.json))
         if isinstance(op, ThreadDelete):
             await ThreadService(uow).delete(op.thread_id, pre)
             return OperationResult(status=204)

@@ -212,7 +212,7 @@ class ThreadAggregate:
         by the revision it was judged at, handing out `seqs` message seqs for messages
         appended under it; records `thread.updated`."""
         updated = await self.repo.advance(row.thread_id, values=values, expected=[row.revision],
-                                          seqs=seqs, live_delta=seqs)
+                                          seqs=seqs, live_delta=seqs, returning="stored")
         if updated is None:  # only if the lock was not held (cannot happen on either backend)
             await self.refuse(row.thread_id)
         self.record("updated", row.thread_id, updated.revision)

@@ -49,11 +49,20 @@ Lock = Literal["update", "share"] | None
 Expectation = Literal["any", "one", "many"]
 # "all": the whole row comes back; "keys": only what a write to the thread's children needs,
 # so an append never pays for the size of the thread's state; "stored": what the thread's
-# representation shows, its JSON as the text stored (`render_thread`), its key and `deleted_at`.
+# representation shows, its JSON as the text stored (`render_thread`), and what a write to
+# its children needs.
 Returning = Literal["all", "keys", "stored"]
 _KEYS = (t.c.id, t.c.thread_id, t.c.revision, t.c.last_seq, t.c.deleted_at, t.c.history_limit)
-_STORED = tuple(cast(t.c[name], Text).label(name) if name in ("state", "metadata")
-                else t.c[name] for name in (*RENDERED_COLUMNS, "id", "deleted_at"))
+
+
+def _stored(columns: Any) -> tuple[Any, ...]:
+    """The "stored" columns of `columns` (the table's, or a CTE's of its rows)."""
+    return tuple(cast(columns[name], Text).label(name) if name in ("state", "metadata")
+                 else columns[name]
+                 for name in (*RENDERED_COLUMNS, "id", "last_seq", "deleted_at"))
+
+
+_STORED = _stored(t.c)
 _RETURNED = {"all": tuple(t.c), "keys": _KEYS, "stored": _STORED}
 
 # The statements every request runs are built once per shape, with a parameter for every
@@ -113,7 +122,7 @@ def _insert(dialect: str, columns: tuple[str, ...]) -> Any:
             .values(tenant_id=bindparam("tenant"), thread_id=bindparam("thread"), revision=1,
                     created_at=_NOW, updated_at=_NOW, last_seq=_MESSAGES,
                     message_count=_MESSAGES, **_new_values(columns))
-            .returning(*t.c))
+            .returning(*_STORED))
 
 
 @cache
@@ -125,7 +134,7 @@ def _revive(columns: tuple[str, ...]) -> Any:
                     **{"history_limit": None, "ttl_seconds": None,
                        "forked_from_thread_id": None, "forked_from_revision": None,
                        **_new_values(columns)})
-            .returning(*t.c))
+            .returning(*_STORED))
 
 
 def advancing(expected: Expectation) -> Any:
@@ -186,7 +195,7 @@ def _keep_history(postgres: bool) -> tuple[Any, ...]:
 
 @cache
 def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event: bool) -> Any:
-    """Postgres: `_advance` (the whole row back), the new revision kept in the thread's
+    """Postgres: `_advance` (the "stored" columns back), the new revision kept in the thread's
     history and the history pruned to its window as `_keep_history` and `_FORGET_HISTORY`
     do, and with `with_event` the write's `thread.updated` event, all in one statement
     (alone in autocommit, one round trip where a transaction of them took five). The
@@ -215,7 +224,7 @@ def _advance_keeping(columns: tuple[str, ...], expected: Expectation, with_event
     pruned = delete(h).where(
         h.c.tenant_id == bindparam("tenant"), h.c.thread_pk == bound(bounds.c.id),
         or_(bound(bounds.c.window) <= 0, h.c.revision < bound(bounds.c.floor))).cte("pruned")
-    stmt = select(*(up.c[c.name] for c in t.c)).add_cte(copy).add_cte(pruned)
+    stmt = select(*_stored(up.c)).add_cte(copy).add_cte(pruned)
     if with_event:
         stmt = stmt.add_cte(advanced_event(up, "thread.updated"))
     return stmt
@@ -276,14 +285,15 @@ class ThreadRepository:
     async def insert(self, thread_id: str, values: dict[str, Any], now: datetime,
                      messages: int = 0) -> AnyRow | None:
         """Create at revision 1 with `values` (state, metadata, history_limit), holding seqs
-        1..`messages`; None if the id exists (live or tombstone)."""
+        1..`messages`: its "stored" columns; None if the id exists (live or tombstone)."""
         stmt = _insert(dialect_name(self.connection), tuple(sorted(values)))
         return (await self.connection.execute(
             stmt, self._created_params(thread_id, values, now, messages))).first()
 
     async def revive(self, thread_id: str, values: dict[str, Any], now: datetime,
                      messages: int = 0) -> AnyRow | None:
-        """Start a tombstoned id afresh; its revision continues after the deletion's."""
+        """Start a tombstoned id afresh (its "stored" columns back); its revision continues
+        after the deletion's."""
         return (await self.connection.execute(
             _revive(tuple(sorted(values))),
             self._created_params(thread_id, values, now, messages))).first()

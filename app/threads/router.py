@@ -13,12 +13,12 @@ from app.http.preconditions import (
     NOT_MODIFIED,
     conditional_json,
     json_with_etag,
-    with_etag,
 )
 from app.http.problems import responses
 from app.http.routing import DomainRouter
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
+    RenderedThread,
     ThreadCreate,
     ThreadFork,
     ThreadOut,
@@ -34,11 +34,10 @@ router = DomainRouter(prefix="/v1/threads", tags=["threads"])
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
 
 
-@router.post("", status_code=201, responses=responses(409), summary="Create a thread")
-async def create_thread(body: ThreadCreate, response: Response, uow: Writer) -> ThreadOut:
-    thread = await ThreadService(uow).create(body)
-    response.headers["Location"] = thread_path(thread.thread_id)
-    return with_etag(response, thread, thread.revision)
+@router.post("", status_code=201, responses=responses(409), response_model=ThreadOut,
+             summary="Create a thread")
+async def create_thread(body: ThreadCreate, uow: Writer) -> Response:
+    return created(await ThreadService(uow).create(body))
 
 
 @router.get("", responses=responses(), response_model=Page[ThreadWithMessages],
@@ -85,28 +84,25 @@ async def get_thread(
                                          "page size, 1-1000.")] = 100,
 ) -> Response:
     service = ThreadService(uow)
-    revision, body = await (service.get(thread_id) if include != "messages"
-                            else service.get_with_messages(thread_id, messages_limit))
-    return conditional_json(body, revision, uow.preconditions)
+    thread = await (service.get(thread_id) if include != "messages"
+                    else service.get_with_messages(thread_id, messages_limit))
+    return conditional_json(thread.json, thread.revision, uow.preconditions)
 
 
 @router.put("/{thread_id}", responses={**responses(409, 410, 412, 428), 201: {"model": ThreadOut}},
             response_model=ThreadOut, summary="Create or replace a thread")
 async def put_thread(thread_id: ThreadId, body: ThreadReplace, uow: ConditionalWriter) -> Response:
-    thread, created = await ThreadService(uow).replace(thread_id, body, uow.preconditions)
-    if created:
-        return json_with_etag(thread, thread.revision, status_code=201,
-                              headers={"Location": thread_path(thread_id)})
-    return json_with_etag(thread, thread.revision)
+    thread, made = await ThreadService(uow).replace(thread_id, body, uow.preconditions)
+    return created(thread) if made else json_with_etag(thread.json, thread.revision)
 
 
 @router.patch("/{thread_id}", responses=responses(404, 410, 412, 428),
-              openapi_extra={"requestBody": {"content": MERGE_PATCH}},
+              openapi_extra={"requestBody": {"content": MERGE_PATCH}}, response_model=ThreadOut,
               summary="Merge-patch a thread (RFC 7396)")
 async def patch_thread(thread_id: ThreadId, body: Annotated[ThreadPatch, Body()],
-                       response: Response, uow: ConditionalWriter) -> ThreadOut:
+                       uow: ConditionalWriter) -> Response:
     thread = await ThreadService(uow).patch(thread_id, body, uow.preconditions)
-    return with_etag(response, thread, thread.revision)
+    return json_with_etag(thread.json, thread.revision)
 
 
 @router.delete("/{thread_id}", status_code=204, responses=responses(404, 410, 412, 428),
@@ -138,12 +134,15 @@ async def get_thread_revision(
 
 
 @router.post("/{thread_id}/fork", status_code=201, responses=responses(404, 412),
-             summary="Fork a thread at a revision into a new thread")
-async def fork_thread(thread_id: ThreadId, body: ThreadFork, response: Response,
-                      uow: Writer) -> ThreadOut:
+             response_model=ThreadOut, summary="Fork a thread at a revision into a new thread")
+async def fork_thread(thread_id: ThreadId, body: ThreadFork, uow: Writer) -> Response:
     """The new thread gets the state and metadata of that revision, the messages and
     compactions as they were then, and the agent states. 412 `already_exists` if the new id
     is a live thread; 422 `revision_not_kept` for a revision outside the kept history."""
-    thread = await ThreadService(uow).fork(thread_id, body)
-    response.headers["Location"] = thread_path(thread.thread_id)
-    return with_etag(response, thread, thread.revision)
+    return created(await ThreadService(uow).fork(thread_id, body))
+
+
+def created(thread: RenderedThread) -> Response:
+    """201 with the new thread, its ETag and its Location."""
+    return json_with_etag(thread.json, thread.revision, status_code=201,
+                          headers={"Location": thread_path(thread.thread_id)})

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, NamedTuple, Self
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -124,12 +124,13 @@ RENDERED_COLUMNS = ("thread_id", "revision", "state", "metadata", "created_at", 
 
 
 def render_thread(row: Any) -> str:
-    """`ThreadOut.from_row(row)` as JSON text (`exclude_unset`, as every route sends it): the
-    same members in the same order, from a row of `RENDERED_COLUMNS` with `state` and
-    `metadata` as the text they are stored as (`ThreadRepository.get(...,
-    returning="stored")`), so a read neither parses the state nor serialises it again.
-    Numbers read as they were written (the stored text is `app.core.jsonutil.dumps`'s), as
-    messages do. tests/test_threads.py holds the two renderings equal."""
+    """`ThreadOut.from_row(row)` as JSON text (`exclude_unset`): the same members in the
+    same order, from a row of `RENDERED_COLUMNS` with `state` and `metadata` as the text
+    they are stored as (the "stored" columns `ThreadRepository` reads and writes return),
+    so no route parses the state to serialise it again. Every route sends a thread this
+    way; `ThreadOut` remains its schema. Numbers read as they were written (the stored text
+    is `app.core.jsonutil.dumps`'s), as messages do. tests/test_threads.py holds the two
+    renderings equal."""
     (thread_id, revision, state, metadata, created_at, updated_at, message_count,
      history_limit, ttl_seconds, source, source_revision, *_) = row
     parts = [f'{{"thread_id":{json_string(thread_id)},"revision":{revision}',
@@ -144,6 +145,20 @@ def render_thread(row: Any) -> str:
                  f',"forked_from":{{"thread_id":{json_string(source)},'
                  f'"revision":{source_revision}}}}}')
     return "".join(parts)
+
+
+class RenderedThread(NamedTuple):
+    """A thread's representation as JSON text (`render_thread`), with what a route sends
+    beside it: its id (`Location`) and its revision (`ETag`)."""
+
+    thread_id: str
+    revision: int
+    json: str
+
+    @classmethod
+    def of(cls, row: Any) -> RenderedThread:
+        """From a row of `RENDERED_COLUMNS`."""
+        return cls(row.thread_id, row.revision, render_thread(row))
 
 
 def with_messages_json(thread: str, page: RenderedPage) -> str:

@@ -36,9 +36,9 @@ from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
 from app.threads.repository import ThreadRepository
 from app.threads.schemas import (
+    RenderedThread,
     ThreadCreate,
     ThreadFork,
-    ThreadOut,
     ThreadPatch,
     ThreadReplace,
     ThreadRevisionOut,
@@ -69,31 +69,31 @@ class ThreadService:
         self.threads = ThreadAggregate(uow)
         self.repo = ThreadRepository(uow.connection, uow.tenant_id)
 
-    async def create(self, body: ThreadCreate) -> ThreadOut:
+    async def create(self, body: ThreadCreate) -> RenderedThread:
         check_metadata(body.metadata, self.settings)
         thread_id = body.thread_id or new_id("thr")
         row = await self.threads.create(thread_id, _values(body, create=True), utcnow())
         if row is None:
             raise ThreadExists(f"Thread {thread_id!r} already exists.")
-        return ThreadOut.from_row(row)
+        return RenderedThread.of(row)
 
-    async def get(self, thread_id: str) -> tuple[int, str]:
-        """The thread's revision and its representation (`render_thread`)."""
+    async def get(self, thread_id: str) -> RenderedThread:
         row = await self.threads.live(thread_id, returning="stored")
-        return row.revision, render_thread(row)
+        return RenderedThread.of(row)
 
-    async def get_with_messages(self, thread_id: str, limit: int) -> tuple[int, str]:
-        """The thread's revision and its representation with the first page of its live view
-        (`ThreadWithMessages`), read in one transaction."""
+    async def get_with_messages(self, thread_id: str, limit: int) -> RenderedThread:
+        """The thread with the first page of its live view (`ThreadWithMessages`), read in
+        one transaction."""
         row = await self.threads.live(thread_id, returning="stored")
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
             agent_name=None, limit=limit + 1, as_stored=True)
         page = message_page(rows, limit, self.settings.max_page_bytes)
-        return row.revision, with_messages_json(render_thread(row), page)
+        return RenderedThread(row.thread_id, row.revision,
+                              with_messages_json(render_thread(row), page))
 
     async def replace(self, thread_id: str, body: ThreadReplace,
-                      pre: Preconditions) -> tuple[ThreadOut, bool]:
+                      pre: Preconditions) -> tuple[RenderedThread, bool]:
         """PUT: returns the thread and whether it was created. `append_messages` are stored
         under the same revision, taking the next seqs (a create holds seqs 1..n)."""
         check_metadata(body.metadata, self.settings)
@@ -114,7 +114,7 @@ class ThreadService:
         else:
             row, created = await self._upsert(thread_id, body, pre, len(appended))
         await self._append(row, appended)
-        return ThreadOut.from_row(row), created
+        return RenderedThread.of(row), created
 
     async def _create_only(self, thread_id: str, body: ThreadReplace, count: int) -> AnyRow:
         """If-None-Match: *: a new id, or a tombstoned one started afresh; 412 if live."""
@@ -132,7 +132,7 @@ class ThreadService:
             if row is not None:
                 return row
         row = await self.threads.advance(thread_id, pre, values=_values(body), seqs=count,
-                                         live_delta=count, returning="all")
+                                         live_delta=count, returning="stored")
         self.threads.record("updated", thread_id, row.revision)
         return row
 
@@ -168,7 +168,7 @@ class ThreadService:
                         revision=row.revision, thread_id=row.thread_id)
 
     async def patch(self, thread_id: str, body: ThreadPatch, pre: Preconditions,
-                    held: dict[str, AnyRow | None] | None = None) -> ThreadOut:
+                    held: dict[str, AnyRow | None] | None = None) -> RenderedThread:
         """`held`: rows locked ahead by a batch (`ThreadAggregate.lock_all`)."""
         appended = body.append_messages or []
         check_batch(appended, self.settings, "/append_messages")
@@ -187,7 +187,7 @@ class ThreadService:
                 values[name] = getattr(body, name)
         row = await self.threads.change(row, values, seqs=len(appended))
         await self._append(row, appended)
-        return ThreadOut.from_row(row)
+        return RenderedThread.of(row)
 
     async def delete(self, thread_id: str, pre: Preconditions) -> None:
         await self.threads.delete(thread_id, pre)
@@ -261,7 +261,7 @@ class ThreadService:
                 f"{self.threads.history_window(thread)} revisions of history.")
         return ThreadRevisionOut.from_row(entry, revision)
 
-    async def fork(self, thread_id: str, body: ThreadFork) -> ThreadOut:
+    async def fork(self, thread_id: str, body: ThreadFork) -> RenderedThread:
         """A new thread from a revision of this one: its state and metadata then, its
         messages and compactions as they were then, and its agent states (as they are: agent
         states keep no history). The new thread starts its own revisions and history, and
@@ -308,5 +308,5 @@ class ThreadService:
                             revision=1, thread_id=body.thread_id)
         self.uow.record("thread.forked", thread_path(body.thread_id), revision=fork.revision,
                         thread_id=body.thread_id)
-        return ThreadOut.from_row(await self.threads.live(body.thread_id))
+        return RenderedThread.of(await self.threads.live(body.thread_id, returning="stored"))
 
