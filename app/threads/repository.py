@@ -32,11 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.jsonutil import dumps
 from app.db import direct
 from app.db.base import AnyRow, table, utcnow
-from app.db.dialect import (
-    dialect_name,
-    insert_ignoring_conflicts,
-    json_contains_param,
-)
+from app.db.dialect import dialect_name, insert_ignoring_conflicts, json_contains_param
 from app.events.models import Event
 from app.events.repository import written_by
 from app.threads.models import Thread, ThreadRevision

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Annotated, Any, NamedTuple, Self
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -73,7 +73,9 @@ class ForkedFrom(BaseModel):
     revision: int = Field(description="The source's revision the fork was made from.")
 
 
-class ThreadOut(RowModel):
+# A thread as every route sends it: the schema of the OpenAPI document (no docstring: it
+# would be the schema's description); `render_thread` writes the body.
+class ThreadOut(BaseModel):
     thread_id: str
     revision: int
     state: JsonObject
@@ -89,15 +91,6 @@ class ThreadOut(RowModel):
     forked_from: ForkedFrom | None = Field(
         None, description="The thread and revision a fork made this thread from "
                           "(`POST .../fork`); null for a thread no fork made.")
-
-    @classmethod
-    def from_row(cls, row: Any) -> Self:
-        thread = cls.model_validate(row)
-        source = row.forked_from_thread_id
-        # Assigned, so it counts as set: the representation always carries it, null or not.
-        thread.forked_from = (None if source is None else
-                              ForkedFrom(thread_id=source, revision=row.forked_from_revision))
-        return thread
 
     @model_serializer(mode="wrap")
     def _drop_default_history(self, handler: SerializerFunctionWrapHandler):  # type: ignore[no-untyped-def]  # unannotated: keeps the fields in the OpenAPI schema
@@ -124,13 +117,13 @@ RENDERED_COLUMNS = ("thread_id", "revision", "state", "metadata", "created_at", 
 
 
 def render_thread(row: Any) -> str:
-    """`ThreadOut.from_row(row)` as JSON text (`exclude_unset`): the same members in the
-    same order, from a row of `RENDERED_COLUMNS` with `state` and `metadata` as the text
-    they are stored as (the "stored" columns `ThreadRepository` reads and writes return),
-    so no route parses the state to serialise it again. Every route sends a thread this
-    way; `ThreadOut` remains its schema. Numbers read as they were written (the stored text
-    is `app.core.jsonutil.dumps`'s), as messages do. tests/test_threads.py holds the two
-    renderings equal."""
+    """A thread as JSON text, `ThreadOut`'s members in its order (`history_limit` and
+    `ttl_seconds` only when set, `forked_from` always), from a row of `RENDERED_COLUMNS`
+    with `state` and `metadata` as the text they are stored as (the "stored" columns
+    `ThreadRepository`'s reads and writes return), so no route parses the state to
+    serialise it again. Numbers read as they were written (the stored text is
+    `app.core.jsonutil.dumps`'s), as messages do. tests/test_threads.py holds what every
+    route sends equal to what `ThreadOut` renders from it."""
     (thread_id, revision, state, metadata, created_at, updated_at, message_count,
      history_limit, ttl_seconds, source, source_revision, *_) = row
     parts = [f'{{"thread_id":{json_string(thread_id)},"revision":{revision}',
