@@ -1,9 +1,11 @@
 """Instructions per request, counted by valgrind's callgrind: bench.cpu_inproc's operations
 (the ASGI application `agentstate serve` builds, called in-process, four requests in flight)
 against bench/minimal_app.py's bare get thread, on one Postgres database. A machine's load
-does not move an instruction count, so a change of a few percent shows between two builds
+hardly moves an instruction count, so a change of a few percent shows between two builds
 where CPU time swings by a quarter (docs/PERFORMANCE.md); it is not time: a cache miss or a
-system call costs more than its instructions say.
+system call costs more than its instructions say. A write's count includes its share of
+the feed's sequencing passes, which run by the clock, so it moves between runs: compare
+builds run one after the other with the same options.
 
     .venv/bin/python -m bench.instructions [--requests 200] [--store] [--checkpoints]
                                            [--messages] [--lists]
