@@ -422,10 +422,12 @@ async def test_threads_listed_with_messages_share_one_byte_budget(
 # --- the error path through a real server: X-Request-ID, problem+json, keep-alive ------------
 
 def corrupt_state(database_url: str, thread_id: str) -> None:
-    """Store a thread `state` that is not an object, as no request can: reading the thread
-    then fails inside the application (a stand-in for any bug), an unhandled error."""
+    """Store the thread's agent states' `state` as a value that is not an object, as no
+    request can: reading one then fails inside the application, in its model (a stand-in
+    for any bug), an unhandled error. (A thread's own state is sent as stored, unparsed.)"""
     url = make_url(database_url)
-    sql = "UPDATE threads SET state = '\"corrupt\"' WHERE tenant_id = 'default' AND thread_id = "
+    sql = ("UPDATE agent_states SET state = '\"corrupt\"' WHERE tenant_id = 'default' "
+           "AND thread_id = ")
     if url.get_backend_name() == "sqlite":
         connection = sqlite3.connect(url.database, isolation_level=None)
         try:
@@ -468,13 +470,14 @@ def test_unhandled_error_keeps_the_connection_usable(
     Bad input that answered 500 before leaves the connection usable too."""
     with migrated_database(backend, tmp_path_factory) as url, ServerProcess(url) as server:
         connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        status, _, body = exchange(connection, "PUT", "/v1/threads/explode",
-                                   b'{"state": {}}', {"If-None-Match": "*"})
+        state = "/v1/threads/explode/agents/a/state"
+        status, _, body = exchange(connection, "PUT", state, b'{"state": {}}',
+                                   {"If-None-Match": "*"})
         assert status == 201, body
         corrupt_state(url, "explode")
         errors = []
         for _ in range(5):
-            errors.append(exchange(connection, "GET", "/v1/threads/explode"))
+            errors.append(exchange(connection, "GET", state))
             status, _, body = exchange(connection, "GET", "/healthz")
             assert status == 200, body
         for status, headers, body in errors:
