@@ -69,32 +69,31 @@ def conditional(response: Response, body: M, revision: int,
     return with_etag(response, body, revision)
 
 
-def model_json(body: BaseModel | str, *, status_code: int = 200, exclude_unset: bool = False,
+def model_json(body: BaseModel | str, *, status_code: int = 200,
                headers: dict[str, str] | None = None) -> Response:
     """The body as JSON, serialised once by its own model (or rendered already, as text):
     the bytes the route's response model would send, without FastAPI validating again a
     model that was built validated (the route keeps declaring its `response_model` for the
     OpenAPI document; a returned Response carries its headers itself)."""
-    text = body if isinstance(body, str) else body.model_dump_json(exclude_unset=exclude_unset)
+    text = body if isinstance(body, str) else body.model_dump_json()
     return Response(text, status_code=status_code, media_type="application/json",
                     headers=headers)
 
 
 def json_with_etag(body: BaseModel | str, revision: int, *, status_code: int = 200,
-                   exclude_unset: bool = False, headers: dict[str, str] | None = None,
-                   ) -> Response:
+                   headers: dict[str, str] | None = None) -> Response:
     """`model_json` with the body's ETag."""
-    return model_json(body, status_code=status_code, exclude_unset=exclude_unset,
+    return model_json(body, status_code=status_code,
                       headers={"ETag": etag(revision), **(headers or {})})
 
 
-def conditional_json(body: BaseModel | str, revision: int, validator: Preconditions, *,
-                     exclude_unset: bool = False) -> Response:
+def conditional_json(body: BaseModel | str, revision: int,
+                     validator: Preconditions) -> Response:
     """`conditional`, answered with `json_with_etag`."""
     unchanged = conditional(Response(), body, revision, validator)
     if isinstance(unchanged, Response):
         return unchanged
-    return json_with_etag(body, revision, exclude_unset=exclude_unset)
+    return json_with_etag(body, revision)
 
 
 NOT_MODIFIED: dict[int | str, dict[str, Any]] = {

@@ -78,8 +78,7 @@ class ThreadService:
         return RenderedThread.of(row)
 
     async def get(self, thread_id: str) -> RenderedThread:
-        row = await self.threads.live(thread_id, returning="stored")
-        return RenderedThread.of(row)
+        return RenderedThread.of(await self.threads.live(thread_id, returning="stored"))
 
     async def get_with_messages(self, thread_id: str, limit: int) -> RenderedThread:
         """The thread with the first page of its live view (`ThreadWithMessages`), read in
