@@ -53,7 +53,8 @@ class RevisionedRepository:
         None if the key is live (a concurrent create won)."""
         t = self.table
         inserted = await self.connection.execute(
-            insert_ignoring_conflicts(dialect_name(self.connection), t, ["tenant_id", *self.key_columns])
+            insert_ignoring_conflicts(dialect_name(self.connection), t,
+                                      ["tenant_id", *self.key_columns])
             .values(tenant_id=self.tenant_id, **dict(zip(self.key_columns, key, strict=True)),
                     revision=1, created_at=now, updated_at=now, **values)
             .returning(*t.c)

@@ -111,6 +111,11 @@ def _new_values(columns: tuple[str, ...]) -> dict[str, Any]:
     return {name: bindparam(f"new_{name}", type_=t.c[name].type) for name in columns}
 
 
+def _new_params(values: dict[str, Any]) -> dict[str, Any]:
+    """The parameters `new_<column>` of `_new_values` for `values`."""
+    return {f"new_{name}": value for name, value in values.items()}
+
+
 @cache
 def _insert(dialect: str, columns: tuple[str, ...]) -> Any:
     """A new thread at revision 1 with `columns`, nothing where the id is taken."""
@@ -297,7 +302,7 @@ class ThreadRepository:
     def _created_params(self, thread_id: str, values: dict[str, Any], now: datetime,
                         messages: int) -> dict[str, Any]:
         return {**self._params(thread_id), "now": now, "messages": messages,
-                **{f"new_{name}": value for name, value in values.items()}}
+                **_new_params(values)}
 
     async def set_log(self, thread_pk: int, *, last_seq: int, message_count: int) -> None:
         """Set a new thread's message counters (a fork copies its log after the create)."""
@@ -335,7 +340,7 @@ class ThreadRepository:
         """The parameters of `_advance` (and of the statements that run it: `_advance_keeping`,
         `advancing`'s)."""
         params = {**self._params(thread_id), "now": utcnow(), "seqs": seqs,
-                  "live_delta": live_delta, **{f"new_{name}": v for name, v in values.items()}}
+                  "live_delta": live_delta, **_new_params(values)}
         if expected is not None:
             params["expected"] = list(expected) if len(expected) != 1 else next(iter(expected))
         return params
