@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -111,6 +112,60 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class Partition:
+    """A TCP proxy to Postgres whose network can be cut silently: once `cut()`, bytes in
+    either direction vanish and new connections are accepted but never answered, as when a
+    firewall or a failed link drops packets (nothing is closed, nothing is refused). After
+    `stall()` only the connections already open go silent, as a NAT's or a failed-over
+    address's old flows do, while new ones get through."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.partitioned = threading.Event()
+        self.sockets: list[socket.socket] = []
+        self.stalled: set[socket.socket] = set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def cut(self) -> None:
+        self.partitioned.set()
+
+    def stall(self) -> None:
+        self.stalled.update(self.sockets)
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.sockets.append(client)
+            if self.partitioned.is_set():
+                continue  # accepted by the kernel, never answered
+            upstream = socket.create_connection(self.target)
+            self.sockets.append(upstream)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _silent(self, sock: socket.socket) -> bool:
+        return self.partitioned.is_set() or sock in self.stalled
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if not self._silent(src):
+                    dst.sendall(data)
+            if not self._silent(src):
+                dst.shutdown(socket.SHUT_WR)  # a close goes through, as on a real network
 
 
 class ServerProcess:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from tests.support import (
     ROOT,
+    Partition,
     ServerProcess,
     agentstate,
     create_postgres_database,
@@ -28,51 +27,6 @@ from tests.support import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-class Partition:
-    """A TCP proxy to Postgres whose network can be cut silently: once `cut()`, bytes in
-    either direction vanish and new connections are accepted but never answered, as when a
-    firewall or a failed link drops packets (nothing is closed, nothing is refused)."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.target = (host, port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.partitioned = threading.Event()
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def cut(self) -> None:
-        self.partitioned.set()
-
-    def close(self) -> None:
-        self.listener.close()
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            self.sockets.append(client)
-            if self.partitioned.is_set():
-                continue  # accepted by the kernel, never answered
-            upstream = socket.create_connection(self.target)
-            self.sockets.append(upstream)
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
-
-    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := src.recv(65536):
-                if not self.partitioned.is_set():
-                    dst.sendall(data)
-            if not self.partitioned.is_set():
-                dst.shutdown(socket.SHUT_WR)  # a close goes through, as on a real network
 
 
 @pytest.fixture

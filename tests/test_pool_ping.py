@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable
 
 import httpx
@@ -11,8 +12,8 @@ from sqlalchemy.engine import make_url
 
 from app.core.settings import Settings
 from app.events.feed import COALESCE_SECONDS
-from tests.conftest import running
-from tests.support import pg_connect, wait_until_blocked, write_lock
+from tests.conftest import http_client, running
+from tests.support import Partition, pg_connect, wait_until_blocked, write_lock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
     reason="only a database server can drop a pooled connection from the other side")]
@@ -142,3 +143,106 @@ async def test_without_pre_ping_a_write_on_a_killed_connection_answers_503(
         assert failed.headers["content-type"] == "application/problem+json"
         again = await client.post(f"/v1/threads/{uid}/messages", json=message)
         assert again.status_code == 201, again.text
+
+
+async def _backends(database: str) -> set[int]:
+    """The server's backends on `database`."""
+    admin = await pg_connect()
+    try:
+        rows = await admin.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1 "
+                                 "AND application_name = 'agentstate'", database)
+    finally:
+        await admin.close()
+    return {row["pid"] for row in rows}
+
+
+@pytest.mark.direct_postgres(reason="through PgBouncer the server's connections are to the "
+                              "pooler, whose backends a recycle does not end")
+async def test_a_connection_older_than_pool_recycle_is_replaced(
+    fresh_url: str, uid: str
+) -> None:
+    """A request checks its pooled connection out without SQLAlchemy's greenlet where that
+    sends nothing (app/db/engine.py, `checkout_in_place`). One past `pool_recycle` is still
+    replaced, and the pool's gauge of connections in use counts it once: none are in use
+    after the requests."""
+    database = make_url(fresh_url).database or ""
+    settings = Settings(database_url=fresh_url, auto_migrate=False, pool_recycle=1,
+                        _env_file=None)  # type: ignore[call-arg]
+    async with running(settings) as application, http_client(application) as client:
+        assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+        await asyncio.sleep(COALESCE_SECONDS * 10)  # the create's sequencing pass is done
+        before = await _backends(database)
+        await asyncio.sleep(1.2)
+        for _ in range(3):
+            assert (await client.get(f"/v1/threads/{uid}")).status_code == 200
+        deadline = asyncio.get_running_loop().time() + 30  # only stops a hang
+        while before <= (now := await _backends(database)):
+            assert asyncio.get_running_loop().time() < deadline, "no connection was replaced"
+            await asyncio.sleep(0.05)
+        assert now - before, "a new connection replaced the old one"
+        await _none_in_use(client)
+
+
+async def test_an_idle_connection_gone_quiet_is_pinged_and_replaced(
+    database_url: str, uid: str
+) -> None:
+    """After `pool_ping_idle_seconds` without use a pooled connection is pinged before a
+    request uses it, also where the checkout is made in place (`checkout_in_place`): one
+    whose network went silent meanwhile (an old NAT flow, a failed-over address) fails its
+    ping and is replaced, and the read answers 200. Unpinged, it would wait out the
+    statement timeout and answer 503."""
+    url = make_url(database_url)
+    partition = Partition(url.host or "127.0.0.1", url.port or 5432)
+    proxied = url.set(host="127.0.0.1", port=partition.port).render_as_string(
+        hide_password=False)
+    settings = Settings(database_url=proxied, auto_migrate=False, pool_ping_idle_seconds=0.5,
+                        database_timeout=1, statement_timeout_ms=5000,
+                        _env_file=None)  # type: ignore[call-arg]
+    async with running(settings) as application, http_client(application) as client:
+        try:
+            made = await client.post("/v1/threads", json={"thread_id": uid})
+            assert made.status_code == 201, made.text
+            await asyncio.sleep(0.7)
+            partition.stall()
+            answer = await client.get(f"/v1/threads/{uid}")
+            assert answer.status_code == 200, answer.text
+        finally:
+            partition.close()  # the stalled connections end, so the pool closes at once
+
+
+async def test_many_requests_on_a_small_pool_check_out_in_place_or_wait(
+    database_url: str, uid: str
+) -> None:
+    """Forty clients at once on a pool of three: a request checks a free connection out in
+    place, or waits for one as SQLAlchemy does. Every request is answered, every append is
+    stored once, and no connection is counted in use at the end."""
+    settings = Settings(database_url=database_url, auto_migrate=False, pool_size=2,
+                        max_overflow=1, _env_file=None)  # type: ignore[call-arg]
+    async with running(settings) as application, http_client(application) as client:
+        assert (await client.post("/v1/threads", json={"thread_id": uid})).status_code == 201
+
+        async def one(n: int) -> int:
+            if n % 2:
+                return (await client.get(f"/v1/threads/{uid}")).status_code
+            message = {"id": f"m{n}", "role": "user", "content": str(n)}
+            return (await client.post(f"/v1/threads/{uid}/messages", json=message)).status_code
+
+        answers = await asyncio.gather(*(one(n) for n in range(40)))
+        assert sorted(set(answers)) == [200, 201], answers
+        thread = (await client.get(f"/v1/threads/{uid}")).json()
+        assert thread["message_count"] == 20
+        await _none_in_use(client)  # once the appends' sequencing pass has given its back
+
+
+async def _none_in_use(client: httpx.AsyncClient) -> None:
+    """Wait until the pool's gauge counts no connection in use (a background sequencing
+    pass may hold one a moment longer); it never goes below zero."""
+    deadline = asyncio.get_running_loop().time() + 30  # only stops a hang
+    while True:
+        metrics = (await client.get("/metrics")).text
+        found = re.search(r"^agentstate_db_pool_in_use (\S+)$", metrics, re.MULTILINE)
+        assert found is not None and float(found.group(1)) >= 0, metrics
+        if float(found.group(1)) == 0:
+            return
+        assert asyncio.get_running_loop().time() < deadline, metrics
+        await asyncio.sleep(0.05)

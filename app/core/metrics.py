@@ -15,6 +15,9 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+# Marks a pool entry whose checkout `pool_in_use` counted.
+_COUNTED = "agentstate_counted"
+
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 
@@ -45,12 +48,15 @@ class Metrics:
         fails its ping and is retried is counted once)."""
 
         @event.listens_for(engine.sync_engine, "checkout")
-        def _out(*_: Any) -> None:
+        def _out(_dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+            record.info[_COUNTED] = True
             self.pool_in_use.inc()
 
+        # A checkout that failed (its connect, its ping) checks its entry in uncounted.
         @event.listens_for(engine.sync_engine, "checkin")
-        def _in(*_: Any) -> None:
-            self.pool_in_use.dec()
+        def _in(_dbapi_connection: Any, record: Any) -> None:
+            if record.info.pop(_COUNTED, False):
+                self.pool_in_use.dec()
 
     def exposition(self) -> bytes:
         if not self.multiprocess:

@@ -8,14 +8,16 @@ import re
 import socket
 import stat
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from types import TracebackType
 from typing import Any, NoReturn
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import InvalidatePoolError
+from sqlalchemy.exc import InvalidatePoolError, MissingGreenlet
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import await_
 
 from app.core.errors import ServiceUnavailable
@@ -74,6 +76,9 @@ def build_engine(settings: Settings) -> AsyncEngine:
         url,
         pool_size=settings.pool_size,
         max_overflow=settings.max_overflow,
+        # The connection checked in last is checked out first: the one a checkout in place
+        # (`checkout_in_place`) puts back is the one the checkout that follows takes.
+        pool_use_lifo=True,
         pool_recycle=settings.pool_recycle,
         pool_timeout=settings.pool_timeout,
         connect_args={
@@ -85,6 +90,7 @@ def build_engine(settings: Settings) -> AsyncEngine:
         **{**common, "pool_pre_ping": False},
     )
     _detect_partitions(engine, settings.database_timeout)
+    _connect_in_place(engine)
     if settings.pool_pre_ping:
         _ping_on_checkout(engine, settings.pool_ping_idle_seconds, settings.database_timeout)
     return engine
@@ -189,28 +195,92 @@ def _ping_on_checkout(engine: AsyncEngine, idle_seconds: float, timeout: float) 
     it closed. Only a connection idle for `idle_seconds` is also pinged, with a simple-query
     `SELECT 1`, for what no EOF announces (a half-open TCP connection behind a NAT or a
     failover). As with pre-ping, a connection that fails either check discards the pool's
-    older connections and the checkout retries on a new one.
+    older connections and the checkout retries on a new one. In a checkout in place
+    (`checkout_in_place`), where nothing may wait, a check to act on is only noted.
     """
     sync_engine = engine.sync_engine
 
     @event.listens_for(sync_engine, "connect")
     @event.listens_for(sync_engine, "checkin")
     def _used(_dbapi_connection: Any, record: Any) -> None:
-        if record is not None:
+        if record is not None and not _IN_PLACE.get():  # one put back unpinged stays due
             record.info[_LAST_USED] = time.monotonic()
 
     @event.listens_for(sync_engine, "checkout")
     def _ping(_dbapi_connection: Any, record: Any, proxy: Any) -> None:
         driver = proxy.driver_connection
-        if driver.is_closed():
-            raise InvalidatePoolError("connection was closed by the database")
-        if time.monotonic() - record.info.get(_LAST_USED, 0.0) < idle_seconds:
+        closed = driver.is_closed()
+        if not closed and time.monotonic() - record.info.get(_LAST_USED, 0.0) < idle_seconds:
             return
+        deferred = _IN_PLACE.get()
+        if deferred is not None:
+            deferred.append("closed" if closed else "ping")
+            return
+        if closed:
+            raise InvalidatePoolError("connection was closed by the database")
         try:
             # Bounded: through a partition the ping must not wait out the command timeout.
             await_(driver.execute("SELECT 1", timeout=timeout))
         except Exception as exc:  # any failure means "not usable"
             raise InvalidatePoolError("connection failed its ping") from exc
+
+
+# Set during a checkout in place: what the checkout listener would have sent, left undone.
+_IN_PLACE: ContextVar[list[str] | None] = ContextVar("agentstate_in_place", default=None)
+
+
+class _WouldConnect(Exception):
+    """A checkout in place came to open a connection (the pool's entry had none, or one to
+    replace)."""
+
+
+def _connect_in_place(engine: AsyncEngine) -> None:
+    """A connect in a checkout in place is refused before asyncpg is called (a refused
+    `await_` would leave its coroutine never awaited, and Python warns of that)."""
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _connecting(*_: Any) -> None:
+        if _IN_PLACE.get() is not None:
+            raise _WouldConnect
+
+
+def checkout_in_place(engine: AsyncEngine) -> AsyncConnection | None:
+    """`await engine.connect()` with no trip through SQLAlchemy's greenlet, where checking a
+    pooled connection out sends nothing: one is waiting in the pool, in use within
+    `pool_ping_idle_seconds` and younger than `pool_recycle`. None where it would send or
+    wait (a connection to open, ping or replace, none free): the caller then connects as
+    usual, on the same pool entry.
+
+    A greenlet costs more than the rest of the checkout: a 16 KiB stack for its first Python
+    frame, mapped and unmapped each time, and the event loop's C stack copied out and back
+    (docs/PERFORMANCE.md). What SQLAlchemy does in it is done in place, up to what would send
+    or wait:
+    - a connection to open (the pool's entry has none, or one past `pool_recycle`, which
+      SQLAlchemy closes first with asyncpg's `terminate`: its Terminate message sent, the
+      server's end not awaited): the `do_connect` listener raises `_WouldConnect` before
+      asyncpg is called, and SQLAlchemy puts the entry back as after any failed connect
+      (anything else that would wait raises `MissingGreenlet` at SQLAlchemy's `await_`,
+      before it is sent);
+    - a connection closed by the database or idle past `pool_ping_idle_seconds`: the ping
+      listener notes it instead of acting, and the connection goes back on top of the pool
+      (LIFO), where the caller's own checkout takes it and pings it.
+    """
+    pool = engine.sync_engine.pool
+    if not isinstance(pool, QueuePool) or pool.checkedin() == 0:
+        return None  # it would open a connection or wait for one
+    deferred: list[str] = []
+    token = _IN_PLACE.set(deferred)
+    try:
+        try:
+            sync = engine.sync_engine.connect()
+        except (_WouldConnect, MissingGreenlet):
+            return None
+        if deferred:  # back on top of the pool, for the caller's checkout to take
+            sync.close()
+            return None
+    finally:
+        _IN_PLACE.reset(token)
+    return AsyncConnection(engine, sync)
 
 
 def _configure_sqlite(engine: AsyncEngine, settings: Settings) -> None:
@@ -256,7 +326,8 @@ class Connected:
             await self._lock.acquire()
         connected = False
         try:
-            self._connection = await self._engine.connect()
+            self._connection = ((self._db.in_place and checkout_in_place(self._engine))
+                                or await self._engine.connect())
             connected = True
         except FAILURES as exc:
             self._db.raise_answer(exc)
@@ -312,6 +383,10 @@ class Database:
         # sleeps and polls with growing back-off, keeps the write latency tail short; other
         # processes still queue on the busy timeout.
         self._write_lock = asyncio.Lock() if self.engine.dialect.name == "sqlite" else None
+        # Connections checked out without SQLAlchemy's greenlet where that sends nothing
+        # (`checkout_in_place`): asyncpg's, unless every checkout pings.
+        self.in_place = (self.engine.dialect.driver == "asyncpg"
+                         and not (settings.pool_pre_ping and settings.pool_ping_idle_seconds == 0))
         # A full disk or a read-only file seen by a write (app/db/diagnosis.py), reported by
         # /readyz until a write commits again: reads alone would not notice.
         self.storage_problem: Diagnosis | None = None
