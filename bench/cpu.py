@@ -8,7 +8,8 @@ in alternating rounds by bench.loadgen (4 connections, a few seconds each).
 CPU is the server's utime+stime (its process tree, from /proc) over the load process's life,
 divided by the requests it completed: what a request costs the server, whatever the machine
 is doing meanwhile (throughput on a shared machine says more about the neighbours). Prints
-the median per target and its ratio to the floor's get thread.
+the median per target and its ratio to the floor's get thread, and the median of each
+round's own ratio (the target over the floor of the same round).
 """
 
 from __future__ import annotations
@@ -70,16 +71,22 @@ def main() -> None:
                         cpu_per_request(servers[who], op, f"{run_id}r{round_}", args))
     finally:
         drop_postgres_database(url)
-    base = statistics.median(samples["floor get_thread_row"])
+    floor = samples["floor get_thread_row"]
+    base = statistics.median(floor)
     print(f"rounds {args.rounds}, {args.connections} connections, {args.duration} s each")
-    print("| target | server CPU per request, us (median; min-max) | ratio to the floor |")
-    print("|---|---|---|")
+    print("| target | server CPU per request, us (median; min-max) | ratio to the floor | "
+          "the rounds' own ratios (median; min-max) |")
+    print("|---|---|---|---|")
     out: dict[str, Any] = {}
     for name, values in samples.items():
         median = statistics.median(values)
+        # Each round's value over the floor's of the same round: a neighbour's load that
+        # lasts a round moves both, so these swing less than the medians do.
+        paired = [value / under for value, under in zip(values, floor, strict=True)]
         out[name] = round(median, 1)
         print(f"| {name} | {median:.0f} ({min(values):.0f}-{max(values):.0f}) | "
-              f"{median / base:.2f}x |")
+              f"{median / base:.2f}x | {statistics.median(paired):.2f}x "
+              f"({min(paired):.2f}-{max(paired):.2f}) |")
     print(json.dumps(out))
 
 
