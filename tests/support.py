@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -112,6 +113,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def pool_in_use(metrics: str) -> float | None:
+    """`agentstate_db_pool_in_use` in a `/metrics` exposition (None: not in it)."""
+    found = re.search(r"^agentstate_db_pool_in_use (\S+)$", metrics, re.MULTILINE)
+    return float(found.group(1)) if found else None
 
 
 class Partition:

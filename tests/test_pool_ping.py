@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Awaitable
 
 import httpx
@@ -13,7 +12,7 @@ from sqlalchemy.engine import make_url
 from app.core.settings import Settings
 from app.events.feed import COALESCE_SECONDS
 from tests.conftest import http_client, running
-from tests.support import Partition, pg_connect, wait_until_blocked, write_lock
+from tests.support import Partition, pg_connect, pool_in_use, wait_until_blocked, write_lock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres_only(
     reason="only a database server can drop a pooled connection from the other side")]
@@ -240,9 +239,9 @@ async def _none_in_use(client: httpx.AsyncClient) -> None:
     deadline = asyncio.get_running_loop().time() + 30  # only stops a hang
     while True:
         metrics = (await client.get("/metrics")).text
-        found = re.search(r"^agentstate_db_pool_in_use (\S+)$", metrics, re.MULTILINE)
-        assert found is not None and float(found.group(1)) >= 0, metrics
-        if float(found.group(1)) == 0:
+        in_use = pool_in_use(metrics)
+        assert in_use is not None and in_use >= 0, metrics
+        if in_use == 0:
             return
         assert asyncio.get_running_loop().time() < deadline, metrics
         await asyncio.sleep(0.05)

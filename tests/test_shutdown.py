@@ -8,7 +8,6 @@ database, so the request waits inside its transaction until the test lets go.
 from __future__ import annotations
 
 import asyncio
-import re
 import signal
 import socket
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerProcess, eventually, write_lock
+from tests.support import ServerProcess, eventually, pool_in_use, write_lock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -26,8 +25,7 @@ def connections_in_use(server: ServerProcess) -> int:
         text = httpx.get(f"{server.base_url}/metrics", timeout=2).text
     except httpx.TransportError:
         return 0
-    match = re.search(r"^agentstate_db_pool_in_use (\S+)$", text, flags=re.MULTILINE)
-    return int(float(match.group(1))) if match else 0
+    return int(pool_in_use(text) or 0)
 
 
 def refuses_connections(port: int) -> bool:

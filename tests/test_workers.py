@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, pool_in_use
 
 pytestmark = pytest.mark.slow  # every test here starts `agentstate serve --workers 2`
 
@@ -99,7 +99,6 @@ def test_metrics_count_the_requests_of_every_worker(database_url: str) -> None:
         for _ in range(served):
             assert httpx.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
         counts = {healthz_count() - before for _ in range(10)}
-        in_use = re.search(r"^agentstate_db_pool_in_use (\S+)$",
-                           httpx.get(f"{server.base_url}/metrics", timeout=10).text, re.MULTILINE)
+        in_use = pool_in_use(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
     assert counts == {served}, counts
-    assert in_use and float(in_use.group(1)) == 0
+    assert in_use == 0
