@@ -298,9 +298,14 @@ async def test_reads_404(client: httpx.AsyncClient, uid: str) -> None:
     for params in ({"cursor": "junk"}, {"cursor": "WyJ0aHJlYWRzIiwxXQ"}, {"cursor": huge}):
         assert (await client.get(f"/v1/threads/{uid}/messages", params=params)).status_code == 400
     for params in ({"limit": 0}, {"limit": 1001}, {"view": "all"}, {"order": "up"},
-                   {"role": "r" * 65}, {"after_seq": 2**63}, {"before_seq": -1}):
+                   {"role": "r" * 65}, {"after_seq": 2**63}, {"before_seq": -1},
+                   {"fields": "bogus"}, {"fields": ""}, {"fields": "item,"},
+                   {"fields": "item, id"}, {"fields": "item,thread_id"}):
         bad = await client.get(f"/v1/threads/{uid}/messages", params=params)
         assert bad.status_code == 422, params
+    unknown = await client.get(f"/v1/threads/{uid}/messages", params={"fields": "id,bogus"})
+    assert unknown.headers["content-type"] == "application/problem+json"
+    assert "no message member 'bogus'" in unknown.json()["detail"], unknown.text
 
 
 async def test_a_page_reads_the_thread_and_its_messages_in_one_statement(
@@ -588,11 +593,14 @@ async def test_items_that_are_bare_numbers_read_back_as_written(client: httpx.As
     assert tokens((await client.get(url)).text)[4] == ("number", "-0.0")
 
 
-async def test_pages_render_every_message_as_the_single_read_does(client: httpx.AsyncClient,
-                                                                 uid: str) -> None:
-    """Pages (the list and `?include=messages`) are rendered from the stored JSON text
-    without a model per message; each message must read exactly as `GET .../{id}` (the
-    model) renders it: the same members, values and key order, for every kind of message."""
+def ordered(response: httpx.Response) -> Any:
+    """The body with every object as its list of (member, value) pairs, in order."""
+    return json.loads(response.text, object_pairs_hook=list)
+
+
+async def every_kind_of_message(client: httpx.AsyncClient, uid: str) -> None:
+    """Messages with every member set and unset: parts, tool calls and results, framework
+    items (and a null one), odd text, a compaction (a summary, two compacted), a redaction."""
     url = f"/v1/threads/{uid}/messages"
     odd = 'quote " back \\ tab \t ünïcode ✓ \U0001f600'
     sent = [
@@ -617,9 +625,14 @@ async def test_pages_render_every_message_as_the_single_read_does(client: httpx.
     redacted = await client.patch(f"{url}/parts", json={"content": None, "item": {"r": 1}})
     assert redacted.status_code == 200, redacted.text
 
-    def ordered(response: httpx.Response) -> object:
-        return json.loads(response.text, object_pairs_hook=list)
 
+async def test_pages_render_every_message_as_the_single_read_does(client: httpx.AsyncClient,
+                                                                 uid: str) -> None:
+    """Pages (the list and `?include=messages`) are rendered from the stored JSON text
+    without a model per message; each message must read exactly as `GET .../{id}` (the
+    model) renders it: the same members, values and key order, for every kind of message."""
+    url = f"/v1/threads/{uid}/messages"
+    await every_kind_of_message(client, uid)
     listed = ordered(await client.get(url, params={"view": "full", "limit": 100}))
     rows = dict(listed)["data"]
     assert len(rows) == 9
@@ -632,3 +645,46 @@ async def test_pages_render_every_message_as_the_single_read_does(client: httpx.
     assert live == ["plain", "parts", "calls", "result", "framework", "null-item", "summary"]
     assert thread["messages"] == [by_id[i] for i in live]
     assert thread["messages_next_cursor"] is None
+
+
+MEMBERS = ["id", "seq", "position", "role", "content", "item", "name", "tool_calls",
+           "tool_call_id", "agent_name", "metadata", "created_at", "status", "compaction_id",
+           "parent_id"]
+
+
+async def test_a_page_with_fields_is_the_page_with_only_those_members(
+        app: FastAPI, client: httpx.AsyncClient, uid: str) -> None:
+    """`?fields=` leaves out the other members of each message and nothing else: for each
+    member alone, a few together (in any order named) and all of them, each message is the
+    full page's with only those members, in the same order; a member a message lacks stays
+    out (an empty object if it was the only one). Paging is unchanged, and the page is still
+    one statement."""
+    url = f"/v1/threads/{uid}/messages"
+    await every_kind_of_message(client, uid)
+    linked = await client.post(url, json={"messages": [
+        {"id": f"{uid}-parent", "role": "user", "content": "x"},
+        {"id": "child", "role": "user", "content": "y", "parent_id": f"{uid}-parent"}]})
+    assert linked.status_code == 201, linked.text
+    full = ordered(await client.get(url, params={"view": "full"}))[0][1]
+    assert len(full) == 11
+    assert {name for message in full for name, _ in message} == set(MEMBERS)
+    choices = [[name] for name in MEMBERS] + [
+        ["item"], ["item", "id"], ["created_at", "content", "compaction_id"],
+        ["metadata", "tool_calls", "status"], list(reversed(MEMBERS))]
+    for fields in choices:
+        with statements(app) as heard:
+            page = await client.get(url, params={"view": "full", "fields": ",".join(fields)})
+        assert page.status_code == 200, page.text
+        assert len([s for s in heard if s.sql.startswith("SELECT") and "FROM" in s.sql]) == 1
+        assert ordered(page)[0][1] == [[(name, value) for name, value in message
+                                        if name in fields] for message in full], fields
+    items, cursor = [], None
+    while True:
+        page = (await client.get(url, params={"fields": "item", "limit": 2, "order": "desc",
+                                              **({"cursor": cursor} if cursor else {})})).json()
+        items += page["data"]
+        if not (cursor := page["next_cursor"]):
+            break
+    live = (await client.get(url, params={"order": "desc"})).json()["data"]
+    assert items == [{"item": m["item"]} if "item" in m else {} for m in live]
+    assert len(items) == 9 and {} in items

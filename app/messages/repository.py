@@ -12,6 +12,7 @@ from typing import Any, Literal
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Integer,
     Text,
     UniqueConstraint,
@@ -69,19 +70,26 @@ _LAST, _FIRST = (literal_column(f"'{utc_text(moment.replace(tzinfo=UTC))}'", Tex
                  for moment in (datetime.max, datetime.min))
 
 
+# Read by every page: the cursor is made of them.
+_KEY_COLUMNS = ("position", "seq")
+
+
 @cache
-def _as_stored(postgres: bool) -> list[Any]:
+def _as_stored(postgres: bool, projected: bool) -> list[Any]:
+    """With `projected`, each column but the key is NULL unless its `with_<name>` parameter
+    is true (one statement for every choice of columns, not one per choice)."""
     columns = []
     for name in RENDERED_COLUMNS:
         column: Any = m.c[name]
         if column.type._type_affinity is JSON:
-            column = cast(column, Text).label(name)
+            column = cast(column, Text)
         elif name == "created_at" and postgres:
             text = func.to_char(func.timezone("UTC", column), _UTC_TEXT)
             # asyncpg stores datetime.max and .min as +-infinity, which to_char makes NULL.
             column = func.coalesce(text, case((column > func.now(), _LAST), else_=_FIRST))
-            column = column.label(name)
-        columns.append(column)
+        if projected and name not in _KEY_COLUMNS:
+            column = case((bindparam(f"with_{name}", type_=Boolean), column))
+        columns.append(column.label(name))
     return columns
 
 
@@ -104,12 +112,12 @@ _LIVE_THREAD_PK = (select(t.c.id)
 @cache
 def _page(postgres: bool, as_stored: bool, live: bool, descending: bool, lower: bool,
           upper: bool, role: bool, agent_name: bool, created_after: bool,
-          by_thread_id: bool = False) -> Any:
+          by_thread_id: bool = False, projected: bool = False) -> Any:
     """The statement of `MessageRepository.page` for one shape of its filters, built once:
     each page is then a lookup of its compiled form, not a statement built, walked for its
     cache key and compiled again. `by_thread_id`: the thread named by its id (live only)
     instead of its key."""
-    stmt = select(*_as_stored(postgres)) if as_stored else select(m)
+    stmt = select(*_as_stored(postgres, projected)) if as_stored else select(m)
     stmt = stmt.where(m.c.thread_pk == (_LIVE_THREAD_PK if by_thread_id
                                         else bindparam("pk", type_=BigInteger)),
                       m.c.tenant_id == bindparam("tenant"))
@@ -300,9 +308,11 @@ class MessageRepository:
     async def page(self, thread: int | str, *, live: bool, descending: bool,
                    lower: Key | None, upper: Key | None, role: str | None,
                    agent_name: str | None, limit: int, created_after: datetime | None = None,
-                   as_stored: bool = False) -> list[AnyRow]:
+                   as_stored: bool = False,
+                   columns: Collection[str] | None = None) -> list[AnyRow]:
         """One page of a view in (position, seq) order, strictly between two keys; with
-        `as_stored`, the JSON columns as the text they are stored as. `thread`: the
+        `as_stored`, the JSON columns as the text they are stored as, and with `columns`
+        too, only those columns read (the others NULL; position and seq always). `thread`: the
         thread's key, or its id (then no page of a thread that is deleted or absent: an
         empty page does not say which).
 
@@ -312,11 +322,15 @@ class MessageRepository:
         by_id = isinstance(thread, str)
         stmt = _page(dialect_name(self.connection) == "postgresql", as_stored, live,
                      descending, lower is not None, upper is not None, role is not None,
-                     agent_name is not None, created_after is not None, by_id)
+                     agent_name is not None, created_after is not None, by_id,
+                     as_stored and columns is not None)
         params: dict[str, Any] = {"tenant": self.tenant_id, "limit": limit,
                                   "role": role, "agent_name": agent_name,
                                   "created_after": created_after,
                                   "thread" if by_id else "pk": thread}
+        if columns is not None:
+            params.update((f"with_{name}", name in columns) for name in RENDERED_COLUMNS
+                          if name not in _KEY_COLUMNS)
         for name, key in (("lower", lower), ("upper", upper)):
             if key is not None:
                 params[f"{name}_position"], params[f"{name}_seq"] = key

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -269,11 +269,78 @@ class LineageMessageOut(MessageOut):
 LINEAGE_CURSOR = "lineage"
 
 
-def message_page(rows: Sequence[Any], limit: int, max_bytes: int) -> RenderedPage:
-    """A page of messages read `as_stored` with `limit + 1` rows: rendered, with the cursor
-    after it if there is more (`AGENTSTATE_MAX_PAGE_BYTES` may end it early)."""
-    return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render_message,
-                          max_bytes=max_bytes)
+def _text(value: Any) -> str | None:
+    return None if value is None else json_string(value)
+
+
+def _time(value: Any) -> str:
+    return f'"{value if type(value) is str else utc_text(value)}"'
+
+
+def _json(value: str | None) -> str | None:
+    return None if value is None or value == "null" else value
+
+
+# Each member of a rendered message as its JSON text from a row of RENDERED_COLUMNS, or
+# None where `render_message` leaves it out.
+_MEMBER_TEXT: dict[str, Callable[[Any], str | None]] = {
+    "id": lambda row: json_string(row.message_id),
+    "seq": lambda row: str(row.seq),
+    "position": lambda row: str(row.position),
+    "role": lambda row: json_string(row.role),
+    "content": lambda row: row.content or "null",
+    "item": lambda row: _json(row.item),
+    "name": lambda row: _text(row.name),
+    "tool_calls": lambda row: _json(row.tool_calls),
+    "tool_call_id": lambda row: _text(row.tool_call_id),
+    "agent_name": lambda row: _text(row.agent_name),
+    "metadata": lambda row: row.metadata,
+    "created_at": lambda row: _time(row.created_at),
+    "status": lambda row: f'"{row.status}"',
+    "compaction_id": lambda row: _text(
+        row.compacted_by if row.status == "compacted" else row.summary_of),
+    "parent_id": lambda row: _text(row.parent_id),
+}
+# The members a page's `fields` may name, in the order a message has them.
+MESSAGE_FIELDS = tuple(MessageOut.model_fields)
+assert set(MESSAGE_FIELDS) == set(_MEMBER_TEXT)
+# The columns each member reads, where they are not its own name.
+_MEMBER_COLUMNS = {"id": ("message_id",), "compaction_id": ("status", "compacted_by",
+                                                           "summary_of")}
+
+
+def columns_of(fields: Collection[str]) -> set[str]:
+    """The columns of RENDERED_COLUMNS that `render_fields(fields)` reads."""
+    return {column for name in fields for column in _MEMBER_COLUMNS.get(name, (name,))}
+
+
+def render_fields(fields: Collection[str]) -> Callable[[Any], str]:
+    """`render_message` with only the members in `fields` (in the message's own order), from
+    a row that needs only `columns_of(fields)`."""
+    members = [(f'"{name}":', _MEMBER_TEXT[name]) for name in MESSAGE_FIELDS if name in fields]
+    if len(members) == 1:  # an adapter's `item` alone: without the join's generator
+        (key, member), = members
+
+        def render_one(row: Any) -> str:
+            text = member(row)
+            return "{}" if text is None else "{" + key + text + "}"
+
+        return render_one
+
+    def render(row: Any) -> str:
+        return "{" + ",".join(key + text for key, member in members
+                              if (text := member(row)) is not None) + "}"
+
+    return render
+
+
+def message_page(rows: Sequence[Any], limit: int, max_bytes: int,
+                 fields: Collection[str] | None = None) -> RenderedPage:
+    """A page of messages read `as_stored` with `limit + 1` rows: rendered (only the members
+    in `fields`, if given), with the cursor after it if there is more
+    (`AGENTSTATE_MAX_PAGE_BYTES` may end it early)."""
+    render = render_message if fields is None else render_fields(fields)
+    return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render, max_bytes=max_bytes)
 
 
 class AppendOut(BaseModel):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ from app.messages.schemas import (
     MessageRemoval,
     RemoveOut,
     check_batch,
+    columns_of,
     message_page,
     messages_path,
 )
@@ -113,7 +114,8 @@ class MessageService:
                    cursor: str | None = None, after_seq: int | None = None,
                    before_seq: int | None = None, role: str | None = None,
                    agent_name: str | None = None, created_after: datetime | None = None,
-                   limit: int) -> RenderedPage:
+                   limit: int, fields: Collection[str] | None = None) -> RenderedPage:
+        """A page of the thread's messages; with `fields`, only those members of each."""
         try:
             after = decode_cursor(MESSAGE_CURSOR, cursor, 2)
             if after is not None and not all(
@@ -139,10 +141,11 @@ class MessageService:
             thread_id, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
             created_after=created_after, as_stored=True,
+            columns=None if fields is None else columns_of(fields),
         )
         if not rows:
             await self.threads.live_pk(thread_id)
-        return message_page(rows, limit, self.settings.max_page_bytes)
+        return message_page(rows, limit, self.settings.max_page_bytes, fields)
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
         row = await self.repo.get(await self.threads.live_pk(thread_id), message_id)

@@ -365,12 +365,15 @@ class _Api:
 
     @operation
     def list_messages_json(self, thread_id: str, *, order: Literal["asc", "desc"] | None = None,
-                           limit: int | None = None, cursor: str | None = None) -> Op[bytes]:
+                           limit: int | None = None, cursor: str | None = None,
+                           fields: Sequence[str] | None = None) -> Op[bytes]:
         """`list_messages`' page as the JSON the server sent, for an adapter that keeps only
-        some fields of each message (no `Message` per message)."""
+        some fields of each message (no `Message` per message); with `fields`, the server
+        sends only those members of each message (`["item"]`: the items alone)."""
         response = yield from self._core.call(Request(
             "GET", f"{_thread_path(thread_id)}/messages",
-            params=drop_none(order=order, limit=limit, cursor=cursor)))
+            params=drop_none(order=order, limit=limit, cursor=cursor,
+                             fields=None if fields is None else ",".join(fields))))
         return response.content
 
     @operation

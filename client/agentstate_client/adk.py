@@ -309,7 +309,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         cursor = stored.messages_next_cursor
         while cursor is not None:
             page = _EventPage.model_validate_json(await self.client.list_messages_json(
-                thread_id, limit=PAGE, cursor=cursor))
+                thread_id, limit=PAGE, cursor=cursor, fields=("item",)))
             events.extend(message.item for message in page.data)
             cursor = page.next_cursor
         app, user = (unwrap(found[scope].state) if scope in found else {} for scope in scopes)

@@ -42,6 +42,7 @@ __all__ = ["AgentStateSession"]
 
 PAGE = 1000  # messages per read, the server's maximum
 BATCH = 100  # messages per append, the server's default limit
+ITEM_ONLY = ("item",)  # the one member of a message a session reads back
 ROLE_MAX = 64
 
 
@@ -99,13 +100,14 @@ class AgentStateSession(OwnsClient):
 
     async def _read(self, limit: int | None) -> list[Any]:
         """Every item oldest first, or the newest `limit` newest first: pages of up to
-        PAGE, each body parsed once for its `item`s only (no `Message` per item)."""
+        PAGE of the items alone (`fields`), each body parsed once (no `Message` per item)."""
         cursor: str | None = None
         items: list[Any] = []
         while True:
             page = json.loads(await self.client.list_messages_json(
                 self.thread_id, order=None if limit is None else "desc",
-                limit=PAGE if limit is None else min(limit, PAGE), cursor=cursor))
+                limit=PAGE if limit is None else min(limit, PAGE), cursor=cursor,
+                fields=ITEM_ONLY))
             items.extend(message.get("item") for message in page["data"])
             cursor = page.get("next_cursor")
             if limit is not None and len(items) >= limit:

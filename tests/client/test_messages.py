@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from agentstate_client import AgentStateClient, AppendResult, AsyncAgentStateClient, Message
 from agentstate_client.errors import (
@@ -51,6 +53,10 @@ def test_append_list_get(client: AgentStateClient, uid: str) -> None:
     assert [m.seq for m in client.list_messages(thread_id, role="tool").data] == [3]
     assert [m.seq for m in client.list_messages(thread_id, agent_name="planner").data] == [1]
     assert client.get_message(thread_id, first.id) == first
+    raw = json.loads(client.list_messages_json(thread_id, order="desc", limit=2,
+                                               fields=["id", "tool_call_id"]))
+    assert raw["data"] == [{"id": batch.data[1].id, "tool_call_id": "call_1"},
+                           {"id": batch.data[0].id}] and raw["has_more"]
 
     with_messages = client.get_thread(thread_id, include_messages=True, messages_limit=2)
     assert [m.seq for m in with_messages.messages] == [1, 2]
