@@ -8,7 +8,7 @@ from types import TracebackType
 import httpx
 
 from agentstate_client._api import _Api
-from agentstate_client._core import _AsyncDriver
+from agentstate_client._core import _AsyncDriver, tls_context
 from agentstate_client._http1 import AsyncHTTP1Transport, eligible
 
 # One name in both modules, so both clients' `watch` read the same in help().
@@ -39,7 +39,8 @@ class AsyncAgentStateClient(_AsyncDriver, _Api):
         self._owns_http = http_client is None
         if http_client is None and transport is None and eligible(self._core.base_url):
             transport = self._direct = AsyncHTTP1Transport()
-        self._http = http_client or httpx.AsyncClient(transport=transport)
+        self._http = http_client or httpx.AsyncClient(
+            transport=transport, verify=tls_context() if transport is None else True)
 
     def watch(self, *, cursor: str | None = None, thread_id: str | None = None,
               types: Sequence[str] | None = None, resource_prefix: str | None = None,

@@ -13,7 +13,9 @@ import email.utils
 import functools
 import inspect
 import json
+import os
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from dataclasses import dataclass, field
@@ -56,6 +58,18 @@ def if_match_header(value: int | str) -> str:
 
 def drop_none(**values: Any) -> dict[str, Any]:
     return {key: value for key, value in values.items() if value is not None}
+
+
+def tls_context() -> ssl.SSLContext:
+    """httpx's default TLS context (its CA roots, or `SSL_CERT_FILE` / `SSL_CERT_DIR` where
+    set), made once per process and setting for every client: httpx makes one per client,
+    even for an `http://` server, and reading the CA bundle takes 50 ms."""
+    return _tls_context(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _tls_context(cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+    return httpx.create_ssl_context(verify=True, trust_env=True)  # reads the two itself
 
 
 @dataclass(frozen=True)

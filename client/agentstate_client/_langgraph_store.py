@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -105,7 +106,8 @@ class AgentStateStore(BaseStore):
                  metric: Literal["cosine", "inner_product", "l2"] = "cosine",
                  hybrid: bool = False, text_query: bool = True, timeout: float = 30.0) -> None:
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
-        self._client = client or AgentStateClient(base_url, api_key=api_key, timeout=timeout)
+        self._client = client  # made by the first blocking call: async use never makes one
+        self._client_lock = threading.Lock()
         self._async_client = async_client
         self._async_loop: asyncio.AbstractEventLoop | None = None
         self._owns_async = async_client is None
@@ -118,6 +120,12 @@ class AgentStateStore(BaseStore):
 
     @property
     def client(self) -> AgentStateClient:
+        """The blocking client (made now if none was passed or made yet)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = AgentStateClient(self._base_url, api_key=self._api_key,
+                                                    timeout=self._timeout)
         return self._client
 
     def _aclient(self) -> AsyncAgentStateClient:
@@ -254,7 +262,7 @@ class AgentStateStore(BaseStore):
             return results
         for start in range(0, len(order), MAX_BATCH):
             chunk = order[start:start + MAX_BATCH]
-            answers = self._client.batch(
+            answers = self.client.batch(
                 [self._batch_op(ops[i], vectors.get(id(ops[i])), query_vectors.get(i))
                  for i in chunk], keyed=False)
             for i, answer in zip(chunk, answers, strict=True):
@@ -292,7 +300,7 @@ class AgentStateStore(BaseStore):
 
     def _single(self, op: Op, vectors: Vectors | None,
                 query_vector: Sequence[float] | None) -> Result:
-        client = self._client
+        client = self.client
         if isinstance(op, GetOp):
             try:
                 found = client.get_store_item(op.namespace, op.key,
@@ -346,7 +354,8 @@ class AgentStateStore(BaseStore):
         return None
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
 
     async def aclose(self) -> None:
         if self._owns_async and self._async_client is not None:

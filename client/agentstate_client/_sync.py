@@ -8,7 +8,7 @@ from types import TracebackType
 import httpx
 
 from agentstate_client._api import _Api
-from agentstate_client._core import _SyncDriver
+from agentstate_client._core import _SyncDriver, tls_context
 
 # One name in both modules, so both clients' `watch` read the same in help().
 from agentstate_client._watch import Watch as FeedWatch
@@ -33,7 +33,8 @@ class AgentStateClient(_SyncDriver, _Api):
         self._configure(base_url, api_key, timeout, max_retries, backoff, headers,
                         own_http=http_client is None, own_transport=transport is not None)
         self._owns_http = http_client is None
-        self._http = http_client or httpx.Client(transport=transport)
+        self._http = http_client or httpx.Client(
+            transport=transport, verify=tls_context() if transport is None else True)
 
     def watch(self, *, cursor: str | None = None, thread_id: str | None = None,
               types: Sequence[str] | None = None, resource_prefix: str | None = None,

@@ -124,7 +124,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                  list_items: bool = True, item_cache_bytes: int = 64 * 1024 * 1024) -> None:
         super().__init__(serde=serde)
         self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
-        self._client = client or AgentStateClient(base_url, api_key=api_key, timeout=timeout)
+        self._client = client  # made by the first blocking call: async use never makes one
+        self._client_lock = threading.Lock()
         self._async_client = async_client
         self._async_loop: asyncio.AbstractEventLoop | None = None
         self._owns_async = async_client is None
@@ -155,6 +156,12 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
 
     @property
     def client(self) -> AgentStateClient:
+        """The blocking client (made now if none was passed or made yet)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = AgentStateClient(self._base_url, api_key=self._api_key,
+                                                    timeout=self._timeout)
         return self._client
 
     def _aclient(self) -> AsyncAgentStateClient:
@@ -175,7 +182,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         return self._pipe_
 
     def close(self) -> None:
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
 
     async def aclose(self) -> None:
         if self._owns_async and self._async_client is not None:
@@ -366,7 +374,8 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
 
     def _run(self, steps: Callable[Concatenate[_Api, P], Op[R]], *args: P.args,
              **kwargs: P.kwargs) -> R:
-        return self._client._drive(steps(self._client, *args, **kwargs))
+        client = self.client
+        return client._drive(steps(client, *args, **kwargs))
 
     async def _arun(self, steps: Callable[Concatenate[_Api, P], Op[R]], *args: P.args,
                     **kwargs: P.kwargs) -> R:
