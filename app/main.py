@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+import anyio
 from fastapi import FastAPI
 
 from app import __version__
@@ -30,7 +31,7 @@ from app.http.middleware import install_middleware
 from app.http.openapi import install_openapi, operation_id
 from app.http.posture import install_posture
 from app.http.problems import install_handlers
-from app.http.routing import DomainRoute
+from app.http.routing import DomainRoute, build_route_contexts
 from app.http.tracing import install_tracing
 from app.mcp_servers.router import router as mcp_servers_router
 from app.messages.router import lineage_router
@@ -76,6 +77,11 @@ def create_app(settings: Settings | None = None, *,
             await feed.start()
             if getattr(app.state, "strict_start", False):  # served by `agentstate serve`
                 _on_stop_signal(app, feed.close_watchers, settings.drain_seconds)
+                # What the first requests would wait for (40-70 ms here): the routes'
+                # contexts FastAPI builds at a router's first request, and anyio's asyncio
+                # backend, imported at its first use.
+                build_route_contexts(app)
+                anyio.get_cancelled_exc_class()
             if settings.sweep_enabled:
                 sweeper = Sweeper(Retention(db, settings, feed), settings.sweep_interval_seconds)
                 sweeper.start()

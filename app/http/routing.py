@@ -98,6 +98,21 @@ class ParsedRequest(Request):
         return await super().json()
 
 
+def build_route_contexts(app: Any) -> None:
+    """Build now what FastAPI (0.165) builds at an included router's first request: each of
+    its routes' effective context, a field per parameter and body (about 160 ms for the
+    whole API on our 2-core machine). The first requests after a start then cost what later
+    ones do. Nothing with another FastAPI."""
+    if not _INTERNALS:
+        return
+    routers = [route for route in app.router.routes if isinstance(route, _IncludedRouter)]
+    while routers:
+        router = routers.pop()
+        routers.extend(candidate for candidate in router.effective_candidates()
+                       if isinstance(candidate, _IncludedRouter))
+        router.effective_low_priority_routes()
+
+
 class DomainRoute(APIRoute):
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = planned(plan_of(effective_route(self)), super().get_route_handler())
