@@ -15,6 +15,7 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
+from typing_extensions import TypedDict
 
 from app.core.schemas import JsonObject, Name, RowModel, Strict, Timestamp
 
@@ -168,15 +169,22 @@ class CheckpointBatchOut(Strict):
     writes: int = Field(description="How many pending writes were sent.")
 
 
-class CheckpointItemOut(BaseModel):
+# A dict, not a model: a read of a 400-message log builds and serialises no model per item.
+class CheckpointItemOut(TypedDict):
+    """An item of a list value: its type tag, and its bytes in standard base64."""
+
     type: str
-    data: Base64
+    data: str
 
 
 class DigestItemOut(CheckpointItemOut):
     """An item in answers to `items`, with its digest."""
 
     digest: str
+
+
+def item_out(type_: str, data: bytes) -> CheckpointItemOut:
+    return {"type": type_, "data": _b64encode(data)}
 
 
 class ValueOut(Strict):

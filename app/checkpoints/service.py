@@ -35,6 +35,7 @@ from app.checkpoints.schemas import (
     Version,
     WriteOut,
     WritesIn,
+    item_out,
     version_key,
 )
 from app.core.errors import RevisionMismatch, Unprocessable
@@ -473,7 +474,7 @@ class CheckpointService:
         """The items of the thread with these digests (hex); unknown ones are left out."""
         pk = await self.threads.live_pk(thread_id)
         keys = [bytes.fromhex(d) for d in digests]
-        return [DigestItemOut.model_construct(type=r.type, data=r.data, digest=r.digest.hex())
+        return [DigestItemOut(**item_out(r.type, r.data), digest=r.digest.hex())
                 for r in (await self.repo.items(pk, keys) if keys else [])
                 if r.type != CHUNK_TYPE]
 
@@ -485,10 +486,8 @@ class CheckpointService:
         chunks = {r.digest: _split(r.data)
                   for r in (await self.repo.items(pk, chunk_keys) if chunk_keys else [])}
         digests = [d for chunk in chunks.values() for d in chunk]
-        # Built without validation: the rows are what was validated on the way in, and a
-        # 400-message log would otherwise be validated item by item on every read.
         items = {} if by_digest else {
-            r.digest: CheckpointItemOut.model_construct(type=r.type, data=r.data)
+            r.digest: item_out(r.type, r.data)
             for r in (await self.repo.items(pk, digests) if digests else [])}
         return chunks, items
 
