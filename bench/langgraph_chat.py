@@ -14,7 +14,9 @@ Measured:
   per turn (counted in the saver's client);
 - CPU per turn over the last 50: this process's (the client's) for each system, and the
   agentstate server's (Postgres's own is counted for neither);
-- loading the final state (`aget_state` on a fresh saver, median of 5);
+- loading the final state (`aget_state`, median of 5): with the saver that ran the chat,
+  and with a new saver, as a new process resuming the chat would (for agentstate a new
+  client, whose cache is empty; for AsyncPostgresSaver a new connection), made on the clock;
 - bytes stored: `pg_total_relation_size` of each system's checkpoint tables (data, TOAST and
   indexes), and the payload bytes in them, against the message text itself;
 - with `--count-turns N` (default 20), a second chat of N turns on each system through a
@@ -31,11 +33,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, TypedDict
 
 from agentstate_client.langgraph import AgentStateSaver
@@ -174,6 +178,25 @@ async def run(turns: int, url: str, delta: bool, count_turns: int) -> None:
         await count(count_turns, url, delta)
 
 
+# The final state's loads: by the saver that ran the chat, and by a new one.
+LOADS = {"same": "load final state (aget_state), the chat's saver, median of 5, ms",
+         "new": "load final state, a new saver (a new process resuming), median of 5, ms"}
+
+
+@contextlib.asynccontextmanager
+async def new_saver(name: str, base_url: str, lgpg_dsn: str) -> AsyncIterator[Any]:
+    if name == "agentstate":
+        saver = AgentStateSaver(base_url=base_url)
+        try:
+            yield saver
+        finally:
+            await saver.aclose()
+            saver.close()
+    else:
+        async with AsyncPostgresSaver.from_conn_string(lgpg_dsn) as saver:
+            yield saver
+
+
 def counting(saver: AgentStateSaver, base_url: str) -> list[int]:
     """Give `saver` an asyncio client whose requests are counted: [requests so far]."""
     from agentstate_client import AsyncAgentStateClient
@@ -245,20 +268,22 @@ async def compare(turns: int, server: Server, lgpg_dsn: str, plain_dsn: str,
         print(f"agentstate requests per turn: turns 1-10 {requests[:10]}, last 10 "
               f"{requests[-10:]}, min {min(requests)}, max {max(requests)}, "
               f"mean {statistics.mean(requests):.2f}")
-        loads: dict[str, list[float]] = {name: [] for name in graphs}
+        loads: dict[str, dict[str, list[float]]] = {
+            how: {name: [] for name in graphs} for how in LOADS}
         for _ in range(5):
-            for name in graphs:
-                fresh_saver: Any = (AgentStateSaver(base_url=base_url) if name == "agentstate"
-                                    else theirs)
-                graph = build(fresh_saver, 1, delta)
+            for name, graph in graphs.items():
                 config = {"configurable": {"thread_id": threads[name]}}
                 started = time.perf_counter()
                 state = await graph.aget_state(config)
-                loads[name].append((time.perf_counter() - started) * 1000)
+                loads["same"][name].append((time.perf_counter() - started) * 1000)
                 assert len(state.values["messages"]) == 2 * turns
-                if name == "agentstate":
-                    await fresh_saver.aclose()
-                    fresh_saver.close()
+                # As a new process resuming the chat: a new saver, its client or its
+                # connection made on the clock.
+                started = time.perf_counter()
+                async with new_saver(name, base_url, lgpg_dsn) as fresh:
+                    state = await build(fresh, 1, delta).aget_state(config)
+                    loads["new"][name].append((time.perf_counter() - started) * 1000)
+                assert len(state.values["messages"]) == 2 * turns
     await ours.aclose()
     ours.close()
     stored = await sizes(plain_dsn)
@@ -309,7 +334,8 @@ async def count(turns: int, url: str, delta: bool) -> None:
                 for window in (rows[:10], rows[-10:])) + " |")
 
 
-def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[float]],
+def report(turns: int, latencies: dict[str, list[float]],
+           loads: dict[str, dict[str, list[float]]],
            stored: dict[str, dict[str, int]], text_bytes: int) -> None:
     first = slice(0, 10)
     last = slice(max(0, turns - 10), turns)
@@ -322,8 +348,9 @@ def report(turns: int, latencies: dict[str, list[float]], loads: dict[str, list[
             f"{statistics.median(latencies[n][window]):.1f}" for n in latencies) + " |")
     print(f"| invoke, turn {turns}, ms | " + " | ".join(
         f"{latencies[n][-1]:.1f}" for n in latencies) + " |")
-    print("| load final state (aget_state), median of 5, ms | " + " | ".join(
-        f"{statistics.median(loads[n]):.1f}" for n in latencies) + " |")
+    for how, label in LOADS.items():
+        print(f"| {label} | " + " | ".join(
+            f"{statistics.median(loads[how][n]):.1f}" for n in latencies) + " |")
     for key, label in (("total", "stored, pg_total_relation_size"),
                        ("payload", "stored, sum of pg_column_size of the rows")):
         print(f"| {label} | " + " | ".join(
