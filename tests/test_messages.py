@@ -688,3 +688,21 @@ async def test_a_page_with_fields_is_the_page_with_only_those_members(
     live = (await client.get(url, params={"order": "desc"})).json()["data"]
     assert items == [{"item": m["item"]} if "item" in m else {} for m in live]
     assert len(items) == 9 and {} in items
+    # `?include=messages` takes the same choice as `messages_fields`, on one thread and on
+    # the list, and leaves the thread's own members whole.
+    whole = (await client.get(f"/v1/threads/{uid}", params={"include": "messages"})).json()
+    for fields in (["item"], ["id", "compaction_id", "created_at"]):
+        thread = (await client.get(f"/v1/threads/{uid}", params={
+            "include": "messages", "messages_fields": ",".join(fields)})).json()
+        listed = (await client.get("/v1/threads", params={
+            "thread_id": uid, "include": "messages",
+            "messages_fields": ",".join(fields)})).json()["data"]
+        expected = [{name: value for name, value in m.items() if name in fields}
+                    for m in whole["messages"]]
+        assert thread["messages"] == listed[0]["messages"] == expected, fields
+        assert {k: v for k, v in thread.items() if k != "messages"} == {
+            k: v for k, v in whole.items() if k != "messages"}
+    for path, params in ((f"/v1/threads/{uid}", {"include": "messages"}),
+                         ("/v1/threads", {"include": "messages"})):
+        bad = await client.get(path, params={**params, "messages_fields": "item,state"})
+        assert bad.status_code == 422 and "'state'" in bad.json()["detail"], bad.text

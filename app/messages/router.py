@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import AfterValidator, ValidationError
+from pydantic import ValidationError
 
 from app.core.pagination import Page
 from app.core.revisions import etag
@@ -17,39 +17,25 @@ from app.http.preconditions import with_etag
 from app.http.problems import responses
 from app.http.routing import DomainRouter
 from app.messages.schemas import (
-    MESSAGE_FIELDS,
+    MEMBERS_DOC,
+    MEMBERS_SCHEMA,
     ROLE_MAX,
     AppendOut,
     LineageMessageOut,
     MessageBatch,
     MessageIn,
+    MessageMembers,
     MessageOut,
     MessageRedaction,
     MessageRemoval,
     RemoveOut,
+    member_set,
 )
 from app.messages.service import ABOVE_ANY_SEQ, MessageService, Order, View
 
 router = DomainRouter(prefix="/v1/threads/{thread_id}/messages", tags=["messages"])
 
 MessageLimit = Annotated[int, Query(ge=1, le=1000, description="Page size, 1-1000.")]
-_FIELD = "(?:" + "|".join(MESSAGE_FIELDS) + ")"
-
-
-def _members(fields: str | None) -> str | None:
-    unknown = [name for name in (fields or "").split(",") if name not in MESSAGE_FIELDS]
-    if fields is not None and unknown:
-        raise ValueError(f"no message member {unknown[0]!r}; the members are "
-                         f"{', '.join(MESSAGE_FIELDS)} (comma-separated, no spaces)")
-    return fields
-
-
-MessageFields = Annotated[str | None, AfterValidator(_members), Query(
-    json_schema_extra={"pattern": f"^{_FIELD}(?:,{_FIELD})*$"},
-    description="Only these members of each message, comma-separated (e.g. `item`, or "
-    "`id,role,content`); the others are left out of the page, which is paged and limited "
-    "as without. Members: " + ", ".join(f"`{name}`" for name in MESSAGE_FIELDS) + ".")]
-
 
 APPEND_BODY = {
     "required": True,
@@ -113,13 +99,14 @@ async def list_messages(
     created_after: Annotated[AwareTimestamp | None, Query(
         description="Only messages stored after this RFC 3339 timestamp (with its offset).")
     ] = None,
-    fields: MessageFields = None,
+    fields: Annotated[MessageMembers | None, Query(json_schema_extra=MEMBERS_SCHEMA,
+                                                   description=MEMBERS_DOC)] = None,
 ) -> Response:
     page = await MessageService(uow).list(
         thread_id, view=view, order=order, cursor=cursor, after_seq=after_seq,
         before_seq=before_seq, role=role, agent_name=agent_name,
         created_after=created_after, limit=limit,
-        fields=None if fields is None else frozenset(fields.split(",")),
+        fields=member_set(fields),
     )
     return linked_json(request, page)
 

@@ -4,6 +4,7 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     Field,
     PlainValidator,
@@ -309,8 +310,33 @@ _MEMBER_COLUMNS = {"id": ("message_id",), "compaction_id": ("status", "compacted
                                                            "summary_of")}
 
 
-def columns_of(fields: Collection[str]) -> set[str]:
-    """The columns of RENDERED_COLUMNS that `render_fields(fields)` reads."""
+def _known_members(fields: str) -> str:
+    unknown = [name for name in fields.split(",") if name not in MESSAGE_FIELDS]
+    if unknown:
+        raise ValueError(f"no message member {unknown[0]!r}; the members are "
+                         f"{', '.join(MESSAGE_FIELDS)} (comma-separated, no spaces)")
+    return fields
+
+
+_FIELD = "(?:" + "|".join(MESSAGE_FIELDS) + ")"
+# A query parameter naming message members, comma-separated (`fields`, `messages_fields`):
+# 422 for a name that is not one; `member_set` reads it.
+MessageMembers = Annotated[str, AfterValidator(_known_members)]
+MEMBERS_SCHEMA = {"pattern": f"^{_FIELD}(?:,{_FIELD})*$"}
+MEMBERS_DOC = ("Only these members of each message, comma-separated (e.g. `item`, or "
+               "`id,role,content`); the others are left out of the page, which is paged and "
+               "limited as without. Members: "
+               + ", ".join(f"`{name}`" for name in MESSAGE_FIELDS) + ".")
+
+
+def member_set(fields: str | None) -> frozenset[str] | None:
+    return None if fields is None else frozenset(fields.split(","))
+
+
+def columns_of(fields: Collection[str] | None) -> set[str] | None:
+    """The columns of RENDERED_COLUMNS that `render_fields(fields)` reads (None: all)."""
+    if fields is None:
+        return None
     return {column for name in fields for column in _MEMBER_COLUMNS.get(name, (name,))}
 
 

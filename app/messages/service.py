@@ -141,7 +141,7 @@ class MessageService:
             thread_id, live=view == "live", descending=order == "desc", lower=lower,
             upper=upper, role=role, agent_name=agent_name, limit=limit + 1,
             created_after=created_after, as_stored=True,
-            columns=None if fields is None else columns_of(fields),
+            columns=columns_of(fields),
         )
         if not rows:
             await self.threads.live_pk(thread_id)

@@ -16,6 +16,7 @@ from app.http.preconditions import (
 )
 from app.http.problems import responses
 from app.http.routing import DomainRouter
+from app.messages.schemas import MEMBERS_DOC, MEMBERS_SCHEMA, MessageMembers, member_set
 from app.threads.aggregate import thread_path
 from app.threads.schemas import (
     RenderedThread,
@@ -31,6 +32,8 @@ from app.threads.service import ThreadService
 
 router = DomainRouter(prefix="/v1/threads", tags=["threads"])
 
+MessagesFields = Annotated[MessageMembers | None, Query(
+    json_schema_extra=MEMBERS_SCHEMA, description=f"With include=messages: {MEMBERS_DOC}")]
 MERGE_PATCH = {"application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/ThreadPatch"}}}
 
 
@@ -62,6 +65,7 @@ async def list_threads(
                     "`GET /v1/threads/{thread_id}?include=messages` gives it.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "each thread's page size, 1-1000.")] = 100,
+    messages_fields: MessagesFields = None,
 ) -> Response:
     service = ThreadService(uow)
     filters = {"limit": limit, "cursor": cursor, "updated_after": updated_after,
@@ -69,7 +73,8 @@ async def list_threads(
                "order_by": order_by, "thread_ids": thread_id, "forked_from": forked_from}
     if include == "messages":
         return linked_json(request, await service.list_with_messages(
-            messages_limit=messages_limit, **filters))
+            messages_limit=messages_limit, messages_fields=member_set(messages_fields),
+            **filters))
     return linked_json(request, await service.list(**filters))
 
 
@@ -82,10 +87,12 @@ async def get_thread(
         description="`messages`: add the first page of the live view as `messages`.")] = None,
     messages_limit: Annotated[int, Query(ge=1, le=1000, description="With include=messages: "
                                          "page size, 1-1000.")] = 100,
+    messages_fields: MessagesFields = None,
 ) -> Response:
     service = ThreadService(uow)
     thread = await (service.get(thread_id) if include != "messages"
-                    else service.get_with_messages(thread_id, messages_limit))
+                    else service.get_with_messages(thread_id, messages_limit,
+                                                   member_set(messages_fields)))
     return conditional_json(thread.json, thread.revision, uow.preconditions)
 
 

@@ -29,6 +29,7 @@ from app.messages.repository import MessageRepository, checks_ids_on_insert
 from app.messages.schemas import (
     MessageIn,
     check_batch,
+    columns_of,
     message_page,
     messages_path,
 )
@@ -80,14 +81,15 @@ class ThreadService:
     async def get(self, thread_id: str) -> RenderedThread:
         return RenderedThread.of(await self.threads.live(thread_id, returning="stored"))
 
-    async def get_with_messages(self, thread_id: str, limit: int) -> RenderedThread:
+    async def get_with_messages(self, thread_id: str, limit: int,
+                                fields: frozenset[str] | None = None) -> RenderedThread:
         """The thread with the first page of its live view (`ThreadWithMessages`), read in
-        one transaction."""
+        one transaction; with `fields`, only those members of each message."""
         row = await self.threads.live(thread_id, returning="stored")
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
-            agent_name=None, limit=limit + 1, as_stored=True)
-        page = message_page(rows, limit, self.settings.max_page_bytes)
+            agent_name=None, limit=limit + 1, as_stored=True, columns=columns_of(fields))
+        page = message_page(rows, limit, self.settings.max_page_bytes, fields)
         return RenderedThread(row.thread_id, row.revision,
                               with_messages_json(render_thread(row), page))
 
@@ -216,11 +218,14 @@ class ThreadService:
         """Live threads, newest first by `order_by` (see `_page` for the filters)."""
         return (await self._page(**filters))[1]
 
-    async def list_with_messages(self, *, messages_limit: int, **filters: Any) -> RenderedPage:
+    async def list_with_messages(self, *, messages_limit: int,
+                                 messages_fields: frozenset[str] | None = None,
+                                 **filters: Any) -> RenderedPage:
         """The page `list(**filters)` makes, each thread with the first page of its live view
-        (as `GET` with `include=messages`), read in one transaction. The messages of the whole
-        page share one `max_page_bytes` budget, spent in page order; a thread's page cut short
-        by it has its `messages_next_cursor` (and at least one message)."""
+        (as `GET` with `include=messages`; with `messages_fields`, only those members of each
+        message), read in one transaction. The messages of the whole page share one
+        `max_page_bytes` budget, spent in page order; a thread's page cut short by it has its
+        `messages_next_cursor` (and at least one message)."""
         rows, threads = await self._page(**filters)
         messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
         budget = self.settings.max_page_bytes
@@ -230,8 +235,9 @@ class ThreadService:
             size = messages_limit if budget > 0 else 1
             found = await messages.page(
                 thread.id, live=True, descending=False, lower=None, upper=None, role=None,
-                agent_name=None, limit=size + 1, as_stored=True) if thread.message_count else []
-            page = message_page(found, size, max(budget, 0))
+                agent_name=None, limit=size + 1, as_stored=True,
+                columns=columns_of(messages_fields)) if thread.message_count else []
+            page = message_page(found, size, max(budget, 0), messages_fields)
             budget -= sum(map(len, page.items))
             items.append(with_messages_json(rendered, page))
         return RenderedPage(items, threads.next_cursor)

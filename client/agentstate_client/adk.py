@@ -99,6 +99,7 @@ if TYPE_CHECKING:
 __all__ = ["AgentStateMemoryService", "AgentStateSessionService"]
 
 PAGE = 1000  # messages per read, the server's maximum
+ITEM_ONLY = ("item",)  # the one member of a message a session reads back (an event)
 
 
 # Cached: every append names its session's, app's and user's threads again.
@@ -300,7 +301,8 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         more than a page of events; each body parsed straight into ADK's events."""
         scopes = app_thread(app_name), user_thread(app_name, user_id)
         listed = _SessionPage.model_validate_json(await self.client.list_threads_json(
-            [thread_id, *scopes], include_messages=True, messages_limit=PAGE))
+            [thread_id, *scopes], include_messages=True, messages_limit=PAGE,
+            messages_fields=ITEM_ONLY))
         found = {thread.thread_id: thread for thread in listed.data}
         stored = found.get(thread_id)
         if stored is None:
@@ -309,7 +311,7 @@ class AgentStateSessionService(OwnsClient, BaseSessionService):
         cursor = stored.messages_next_cursor
         while cursor is not None:
             page = _EventPage.model_validate_json(await self.client.list_messages_json(
-                thread_id, limit=PAGE, cursor=cursor, fields=("item",)))
+                thread_id, limit=PAGE, cursor=cursor, fields=ITEM_ONLY))
             events.extend(message.item for message in page.data)
             cursor = page.next_cursor
         app, user = (unwrap(found[scope].state) if scope in found else {} for scope in scopes)
