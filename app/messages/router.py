@@ -28,6 +28,7 @@ from app.messages.schemas import (
     MessageOut,
     MessageRedaction,
     MessageRemoval,
+    PageMessage,
     RemoveOut,
     member_set,
 )
@@ -82,7 +83,7 @@ async def append_messages(
     return created(body, replayed, {"ETag": etag(body["thread_revision"])})
 
 
-@router.get("", response_model=Page[MessageOut], responses=responses(404),
+@router.get("", response_model=Page[PageMessage], responses=responses(404),
             summary="Page through a thread's messages")
 async def list_messages(
     thread_id: ThreadId, request: Request, uow: Reader,

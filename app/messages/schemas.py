@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -11,6 +11,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     StringConstraints,
     ValidationInfo,
+    create_model,
     model_serializer,
 )
 
@@ -217,6 +218,19 @@ class MessageOut(RowModel):
             if data.get(key) is None:
                 data.pop(key, None)
         return data
+
+
+if TYPE_CHECKING:
+    MessageMembersOut = MessageOut
+else:  # every member of MessageOut, none required: made from it, so the two never part
+    MessageMembersOut = create_model(
+        "MessageMembersOut",
+        __doc__="A message of a page asked for with `fields` (or `messages_fields`): only the "
+                "members named, each as in `MessageOut`.",
+        **{name: (info.annotation, Field(None, description=info.description))
+           for name, info in MessageOut.model_fields.items()})
+# A page's message, with or without `fields` (the OpenAPI document's; nothing is built of it).
+PageMessage = MessageOut | MessageMembersOut
 
 
 # The columns `render_message` reads, in this order (a row unpacks by position ten times

@@ -15,7 +15,7 @@ from app.core.schemas import (
     Timestamp,
     utc_text,
 )
-from app.messages.schemas import MessageIn, MessageOut
+from app.messages.schemas import MessageIn, PageMessage
 
 HistoryLimit = Annotated[int, Field(
     ge=0, le=100_000, strict=True,
@@ -104,7 +104,7 @@ class ThreadOut(BaseModel):
 class ThreadWithMessages(ThreadOut):
     """GET with `?include=messages`: the thread plus the first page of its live view."""
 
-    messages: list[MessageOut] | None = None
+    messages: list[PageMessage] | None = None
     messages_next_cursor: str | None = Field(
         None, description="Pass as `cursor` to GET .../messages for the next page."
     )
