@@ -229,6 +229,7 @@ class ThreadService:
         rows, threads = await self._page(**filters)
         messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
         budget = self.settings.max_page_bytes
+        columns = columns_of(messages_fields)
         items = []
         for thread, rendered in zip(rows, threads.items, strict=True):
             # Once the budget is spent, a thread gets one message and its cursor.
@@ -236,7 +237,7 @@ class ThreadService:
             found = await messages.page(
                 thread.id, live=True, descending=False, lower=None, upper=None, role=None,
                 agent_name=None, limit=size + 1, as_stored=True,
-                columns=columns_of(messages_fields)) if thread.message_count else []
+                columns=columns) if thread.message_count else []
             page = message_page(found, size, max(budget, 0), messages_fields)
             budget -= sum(map(len, page.items))
             items.append(with_messages_json(rendered, page))

@@ -10,6 +10,7 @@ from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import APIConnectionError, NotFound
 
 MAX_ATTEMPTS = 3  # sends of a batch whose connection failed
+ITEM_ONLY = ("item",)  # the one member of a message a session reads back (`fields`)
 
 A = TypeVar("A", bound="OwnsClient")
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from agentstate_client._adapters import OwnsClient, send_once
+from agentstate_client._adapters import ITEM_ONLY, OwnsClient, send_once
 from agentstate_client._api import OVERWRITE, store_item_body
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import (
@@ -99,7 +99,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentStateMemoryService", "AgentStateSessionService"]
 
 PAGE = 1000  # messages per read, the server's maximum
-ITEM_ONLY = ("item",)  # the one member of a message a session reads back (an event)
 
 
 # Cached: every append names its session's, app's and user's threads again.

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentstate_client._adapters import OwnsClient, send_once
+from agentstate_client._adapters import ITEM_ONLY, OwnsClient, send_once
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client.errors import NotFound
 from agentstate_client.ids import encode_id
@@ -42,7 +42,6 @@ __all__ = ["AgentStateSession"]
 
 PAGE = 1000  # messages per read, the server's maximum
 BATCH = 100  # messages per append, the server's default limit
-ITEM_ONLY = ("item",)  # the one member of a message a session reads back
 ROLE_MAX = 64
 
 
