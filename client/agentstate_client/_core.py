@@ -19,7 +19,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Generator, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
@@ -32,6 +32,9 @@ from agentstate_client.errors import (
     error_from_response,
 )
 from agentstate_client.models import Page
+
+if TYPE_CHECKING:
+    from agentstate_client._http1 import AsyncHTTP1Transport
 
 __version__ = "0.1.0"
 P = ParamSpec("P")
@@ -245,23 +248,18 @@ class _AsyncDriver:
     """Runs operations on asyncio."""
 
     _http: httpx.AsyncClient
-    # The transport requests go to directly, when the client built its `httpx.AsyncClient`
-    # itself: nothing of that client's own (cookies, auth, redirects, hooks) is in use then,
-    # and its request and response handling cost as much CPU again as the transport.
-    _direct: httpx.AsyncBaseTransport | None = None
+    # The lean transport requests go to directly, when the client built its
+    # `httpx.AsyncClient` itself: nothing of that client's own (cookies, auth, redirects,
+    # hooks) is in use then, and its request and response handling cost as much CPU again
+    # as the transport.
+    _direct: AsyncHTTP1Transport | None = None
 
     async def _send(self, kwargs: dict[str, Any]) -> httpx.Response:
         if self._direct is None:
             return await self._http.send(self._http.build_request(**kwargs))
-        request = httpx.Request(kwargs["method"], kwargs["url"], params=kwargs["params"],
-                                headers=kwargs["headers"], content=kwargs.get("content"),
-                                extensions={"timeout": kwargs["timeout"].as_dict()})
-        response = await self._direct.handle_async_request(request)
-        try:
-            await response.aread()
-        finally:
-            await response.aclose()
-        return response
+        return await self._direct.send(kwargs["method"], kwargs["url"], kwargs["params"],
+                                       kwargs["headers"], kwargs.get("content"),
+                                       kwargs["timeout"])
 
     async def _drive(self, steps: Op[R]) -> R:
         outcome: tuple[Any, BaseException | None] = (None, None)

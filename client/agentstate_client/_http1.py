@@ -16,9 +16,11 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import functools
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import httpx
 
@@ -32,6 +34,10 @@ READ_SIZE = 65536
 MAX_CONNECTIONS = 100
 MAX_IDLE = 20
 T = TypeVar("T")
+# The request an error names (`httpx.TransportError.request`, `APIError.response.request`):
+# made only when there is an error to name it in (`send` builds none otherwise).
+RequestOf = Callable[[], httpx.Request]
+BODY_METHODS = ("POST", "PUT", "PATCH")  # `Content-Length: 0` with no body, as in httpx
 
 _timeout = getattr(asyncio, "timeout", None)  # Python 3.11 and later
 
@@ -115,7 +121,7 @@ class _Body(httpx.AsyncByteStream):
 
     def __init__(self, transport: AsyncHTTP1Transport, key: tuple[str, int],
                  connection: _Connection, message: _Message, read_timeout: float | None,
-                 request: httpx.Request) -> None:
+                 request: RequestOf) -> None:
         self.transport, self.key, self.connection = transport, key, connection
         self.message, self.read_timeout, self.request = message, read_timeout, request
         self.closed = False
@@ -145,27 +151,28 @@ def _reason(exc: OSError) -> str:
 
 
 async def _feed(connection: _Connection, message: _Message, timeout: float | None,
-                request: httpx.Request) -> None:
+                request: RequestOf) -> None:
     """Read once from the connection into the parser; httpx's errors for what goes wrong.
     The connection's fate is the transport's `release` (a message left unfinished closes
     it)."""
     try:
         data = await _within(timeout, connection.reader.read(READ_SIZE))
     except TimeoutError as exc:
-        raise httpx.ReadTimeout("timed out reading the response", request=request) from exc
+        raise httpx.ReadTimeout("timed out reading the response", request=request()) from exc
     except OSError as exc:
-        raise httpx.ReadError(_reason(exc), request=request) from exc
+        raise httpx.ReadError(_reason(exc), request=request()) from exc
     if not data:
         if message.head_done and not _framed(message):
             message.done = True  # a body delimited by the end of the connection
             message.keep_alive = False
             return
         raise httpx.RemoteProtocolError(
-            "Server disconnected without sending a complete response.", request=request)
+            "Server disconnected without sending a complete response.", request=request())
     try:
         message.feed(data)
     except httptools.HttpParserError as exc:
-        raise httpx.RemoteProtocolError(f"malformed response: {exc}", request=request) from exc
+        raise httpx.RemoteProtocolError(f"malformed response: {exc}",
+                                        request=request()) from exc
 
 
 def _framed(message: _Message) -> bool:
@@ -191,12 +198,12 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
             connection.close()
 
     async def _connection(self, key: tuple[str, int], timeouts: dict[str, float | None],
-                          request: httpx.Request) -> _Connection:
+                          request: RequestOf) -> _Connection:
         try:
             await _within(timeouts.get("pool"), self._slots.acquire())
         except TimeoutError as exc:
             raise httpx.PoolTimeout("timed out waiting for a connection",
-                                    request=request) from exc
+                                    request=request()) from exc
         try:
             return await self._open(key, timeouts.get("connect"), request)
         except BaseException:
@@ -204,7 +211,7 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
             raise
 
     async def _open(self, key: tuple[str, int], timeout: float | None,
-                    request: httpx.Request) -> _Connection:
+                    request: RequestOf) -> _Connection:
         idle = self._idle.get(key)
         while idle:
             connection = idle.pop()
@@ -214,23 +221,72 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
         try:
             reader, writer = await _within(timeout, asyncio.open_connection(*key))
         except TimeoutError as exc:
-            raise httpx.ConnectTimeout("timed out connecting", request=request) from exc
+            raise httpx.ConnectTimeout("timed out connecting", request=request()) from exc
         except OSError as exc:
-            raise httpx.ConnectError(_reason(exc), request=request) from exc
+            raise httpx.ConnectError(_reason(exc), request=request()) from exc
         return _Connection(reader, writer)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.method == "HEAD":  # an answer with a length and no body: httpx's own
             self._fallback = self._fallback or httpx.AsyncHTTPTransport()
             return await self._fallback.handle_async_request(request)
-        timeouts = request.extensions.get("timeout", {})
+        head = [b"%s %s HTTP/1.1" % (request.method.encode(), request.url.raw_path)]
+        head.extend(b"%s: %s" % pair for pair in request.headers.raw)
         key = (request.url.host, request.url.port or 80)
+        timeouts = request.extensions.get("timeout", {})
+        connection, message = await self._exchange(
+            key, head, await request.aread(), timeouts, lambda: request)
+        return httpx.Response(
+            message.status, headers=message.headers,
+            stream=_Body(self, key, connection, message, timeouts.get("read"), lambda: request),
+            extensions={"http_version": b"HTTP/1.1"}, request=request)
+
+    async def send(self, method: str, url: str, params: Mapping[str, Any],
+                   headers: Mapping[str, str], content: bytes | None,
+                   timeout: httpx.Timeout) -> httpx.Response:
+        """What `handle_async_request(httpx.Request(method, url, params=..., headers=...,
+        content=...))` answers, read whole, with the same bytes on the wire, but without
+        building the `httpx.Request`: its URL parse and query merge cost a request's worth
+        of the client's CPU (the client's own requests use this; tests/client/test_http1.py
+        holds the bytes equal). An error response carries the request, made then."""
+        def request() -> httpx.Request:
+            return httpx.Request(method, url, params=params, headers=headers, content=content,
+                                 extensions={"timeout": timeout.as_dict()})
+
+        if method == "HEAD" or "?" in url:
+            response = await self.handle_async_request(request())
+            await response.aread()
+            return response
+
+        key, host, path = _origin(url)
+        target = path + b"?" + _query(params).encode() if params else path
+        head = [b"%s %s HTTP/1.1" % (method.encode(), target), b"Host: " + host]
+        if not content and method in BODY_METHODS:
+            head.append(b"Content-Length: 0")
+        head.extend(_header(name, value) for name, value in headers.items())
+        if content:
+            head.append(b"Content-Length: %d" % len(content))
+        timeouts = timeout.as_dict()
+        connection, message = await self._exchange(key, head, content or b"", timeouts, request)
+        body = _Body(self, key, connection, message, timeouts.get("read"), request)
+        try:
+            content = b"".join([chunk async for chunk in body])
+        finally:
+            await body.aclose()
+        response = httpx.Response(message.status, headers=message.headers, content=content,
+                                  extensions={"http_version": b"HTTP/1.1"})
+        if message.status >= 400:
+            response.request = request()
+        return response
+
+    async def _exchange(self, key: tuple[str, int], head: list[bytes], body: bytes,
+                        timeouts: dict[str, float | None],
+                        request: RequestOf) -> tuple[_Connection, _Message]:
+        """Send the request (its head lines and body) on a connection for `key` and read up
+        to the end of the answer's head: the connection and the message being read."""
         connection = await self._connection(key, timeouts, request)
         message = _Message()
         try:
-            body = await request.aread()
-            head = [b"%s %s HTTP/1.1" % (request.method.encode(), request.url.raw_path)]
-            head.extend(b"%s: %s" % pair for pair in request.headers.raw)
             connection.writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
             if connection.writer.transport.get_write_buffer_size():
                 await _within(timeouts.get("write"), connection.writer.drain())
@@ -242,14 +298,11 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
             self.release(key, connection, reuse=False)
             if isinstance(exc, TimeoutError):
                 raise httpx.WriteTimeout("timed out sending the request",
-                                         request=request) from exc
+                                         request=request()) from exc
             if isinstance(exc, OSError):
-                raise httpx.WriteError(_reason(exc), request=request) from exc
+                raise httpx.WriteError(_reason(exc), request=request()) from exc
             raise
-        return httpx.Response(
-            message.status, headers=message.headers,
-            stream=_Body(self, key, connection, message, read_timeout, request),
-            extensions={"http_version": b"HTTP/1.1"}, request=request)
+        return connection, message
 
     async def aclose(self) -> None:
         for connections in self._idle.values():
@@ -258,3 +311,32 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
         self._idle.clear()
         if self._fallback is not None:
             await self._fallback.aclose()
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin(url: str) -> tuple[tuple[str, int], bytes, bytes]:
+    """The (host, port) a URL with no query is sent to, its Host header and its path, as
+    httpx encodes them; kept for the URLs used lately, since httpx's parse of one costs
+    more than the rest of the request's head."""
+    parsed = httpx.URL(url)
+    return (parsed.host, parsed.port or 80), parsed.netloc, parsed.raw_path
+
+
+def _query(params: Mapping[str, Any]) -> str:
+    """The query httpx makes of `params` (`httpx.QueryParams`): a list or tuple is the
+    parameter repeated, True and False are `true` and `false`, None is empty."""
+    items: list[tuple[str, str]] = []
+    for name, value in params.items():
+        for one in value if isinstance(value, list | tuple) else (value,):
+            items.append((name, "true" if one is True else "false" if one is False
+                          else "" if one is None else str(one)))
+    return urlencode(items)
+
+
+def _header(name: str, value: str) -> bytes:
+    """A header line; a name or value that would end the line early is refused, as httpx's
+    own transport refuses it."""
+    line = f"{name}: {value}".encode("ascii")
+    if b"\r" in line or b"\n" in line:
+        raise httpx.LocalProtocolError(f"Illegal header value in {name!r}")  # not the value: a secret
+    return line

@@ -101,4 +101,11 @@ def attempt(steps: Any, kwargs: dict[str, Any]) -> _Off:
     `record(response, error)` notes the outcome: a span when OpenTelemetry is in use."""
     if not _loaded():
         return _OFF
+    from opentelemetry import trace
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No provider set (LangGraph and the Agents SDK import the API whether or not the
+        # application traces): a span would not be recorded, only the context passed on.
+        inject(kwargs["headers"])
+        return _OFF
     return _Span(getattr(steps, "__name__", "request"), kwargs)

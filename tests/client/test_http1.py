@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from agentstate_client import APIConnectionError, APITimeoutError, AsyncAgentStateClient
+from agentstate_client import APIConnectionError, APITimeoutError, AsyncAgentStateClient, NotFound
+from agentstate_client._http1 import AsyncHTTP1Transport
 
 from tests.support import ServerProcess, cyclic_garbage
 
@@ -258,3 +259,87 @@ async def test_a_request_leaves_nothing_in_reference_cycles() -> None:
                     assert (await client.get_thread("t1")).revision == 3
         assert [name for name in found if name.startswith(("agentstate_client", "httptools"))] \
             == [], answer
+
+
+class Recorder:
+    """Records each request whole, head and body (by its Content-Length), and answers 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                self.requests.append(head + await reader.readexactly(length))
+                writer.write(fixed())
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+SENDS = [  # method, path, params, headers, content
+    ("GET", "/v1/threads/t1/messages", {"order": "desc", "limit": 20, "fields": "item"}, {}, None),
+    ("GET", "/v1/events", {"types": ["thread.created", "message.appended"], "flag": True,
+                           "off": False, "none": None, "n": 1.5, "empty": [],
+                           "odd": "é/&=?+ #%"}, {}, None),
+    ("GET", "/v1/threads", {"empty": []}, {}, None),
+    ("GET", "/v1/store/items/a%2Fb/k:@ ä", {}, {}, None),
+    ("POST", "/v1/threads", {}, {"Content-Type": "application/json", "Idempotency-Key": "k1"},
+     b'{"thread_id":"t1"}'),
+    ("POST", "/v1/threads/t1/compact", {}, {}, None),
+    ("PUT", "/v1/threads/t1", {}, {"If-Match": '"3"'}, None),
+    ("PATCH", "/v1/threads/t1", {}, {}, b""),
+    ("DELETE", "/v1/threads/t1", {"hard": True}, {}, None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "params", "headers", "content"), SENDS)
+async def test_a_send_puts_the_same_bytes_on_the_wire_as_an_httpx_request(
+        method: str, path: str, params: dict[str, object], headers: dict[str, str],
+        content: bytes | None) -> None:
+    """The client's own requests skip building an `httpx.Request` (`send`); what reaches
+    the server is byte for byte what the transport sends for the `httpx.Request` of the same
+    arguments: the path and query encoded as httpx encodes them, the same headers in the
+    same order, the same body."""
+    recorder = Recorder()
+    server = await asyncio.start_server(recorder.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}{path}"
+    headers = {"Accept": "application/json", "Authorization": "Bearer agst_x", **headers}
+    timeout = httpx.Timeout(5.0)
+    async with server:
+        transport = AsyncHTTP1Transport()
+        answer = await transport.send(method, url, params, headers, content, timeout)
+        assert answer.json() == THREAD
+        stock = await transport.handle_async_request(httpx.Request(
+            method, url, params=params, headers=headers, content=content,
+            extensions={"timeout": timeout.as_dict()}))
+        assert json.loads(await stock.aread()) == THREAD
+        await transport.aclose()
+    sent, expected = recorder.requests
+    assert sent == expected
+
+
+async def test_an_error_answer_names_its_request() -> None:
+    async def missing(_head: bytes, writer: asyncio.StreamWriter) -> bool:
+        body = b'{"code":"not_found","detail":"no such thread"}'
+        writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-type: application/problem+json\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
+        return True
+
+    async with raw_server(missing) as (_, url), AsyncAgentStateClient(url) as client:
+        with pytest.raises(NotFound) as raised:
+            await client.get_thread("t1")
+    assert raised.value.detail == "no such thread"
+    assert raised.value.response.request.url == f"{url}/v1/threads/t1"
+
+
+async def test_a_header_that_would_end_its_line_is_refused_unsent() -> None:
+    async with raw_server(keep_alive) as (server, url), AsyncAgentStateClient(
+            url, headers={"X-Tenant-Note": "a\r\nX-Injected: 1"}) as client:
+        with pytest.raises(APIConnectionError, match="Illegal header value"):
+            await client.get_thread("t1")
+    assert server.requests == []

@@ -120,3 +120,25 @@ def test_without_opentelemetry_imported_the_client_imports_none_of_it() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, cwd="/")
     assert json.loads(done.stdout) == []
+
+
+async def test_with_no_tracer_provider_set_the_callers_context_is_still_sent() -> None:
+    """LangGraph and the Agents SDK import OpenTelemetry's API whether or not anything is
+    traced; with no tracer provider set the client makes no span, but a context the
+    application carries (here one taken from an incoming request) is passed on."""
+    from opentelemetry import context, propagate
+    from opentelemetry.test.globals_test import reset_trace_globals
+
+    async def answer(_head: bytes, writer: asyncio.StreamWriter) -> bool:
+        writer.write(fixed())
+        return True
+
+    reset_trace_globals()
+    incoming = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    token = context.attach(propagate.extract({"traceparent": incoming}))
+    try:
+        async with raw_server(answer) as (server, url), AsyncAgentStateClient(url) as client:
+            await client.get_thread("t1")
+    finally:
+        context.detach(token)
+    assert f"traceparent: {incoming}\r\n".encode() in server.requests[0]
