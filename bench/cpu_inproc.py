@@ -130,7 +130,7 @@ def request(op: str, slot: Slot) -> tuple[str, str, bytes | None, list[tuple[byt
     if op == "threads_list":  # the newest 20 threads of the tenant, one page
         return "GET", "/v1/threads?limit=20", None, []
     if op == "messages_page":  # AgentStateSession.get_items(20): the newest 20, one page
-        return "GET", f"/v1/threads/{slot.thread}/messages?order=desc&limit=20", None, []
+        return "GET", f"/v1/threads/{slot.thread}/messages?order=desc&limit=20&fields=item", None, []
     if op == "cp_latest":  # AgentStateSaver's aget_tuple
         return "GET", f"/v1/threads/{slot.thread}/checkpoints/latest?items=digests", None, []
     if op == "cp_batch":  # a LangGraph step: a checkpoint and a task's pending writes
