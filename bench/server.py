@@ -150,23 +150,31 @@ async def floor_reader(agentstate_url: str,
                        floor_url: str) -> AsyncIterator[Callable[[], Awaitable[None]]]:
     """The floor of any read over HTTP on this stack: a GET of the bare endpoint of
     bench/minimal_app.py (`minimal_server` with a dsn: one SELECT of a thread row, the
-    thread `floor` made here through the agentstate server at `agentstate_url`) through the
-    client's own HTTP transport. Warmed by 20 reads."""
+    thread `floor` made here through the agentstate server at `agentstate_url`) sent as the
+    async client sends its own requests (its lean transport's `send`), the JSON parsed.
+    Warmed by 20 reads."""
     import httpx
     from agentstate_client import AsyncAgentStateClient
     from agentstate_client._http1 import AsyncHTTP1Transport
 
     async with AsyncAgentStateClient(agentstate_url) as api:
         await api.create_thread("floor", state={"bench": "floor"})
-    async with httpx.AsyncClient(transport=AsyncHTTP1Transport()) as client:
-        async def get() -> None:
-            answer = await client.get(f"{floor_url}/v1/threads/floor")
-            answer.raise_for_status()
-            answer.json()
+    transport = AsyncHTTP1Transport()
+    url, headers, timeout = f"{floor_url}/v1/threads/floor", {"Accept": "application/json"}, \
+        httpx.Timeout(30.0)
 
+    async def get() -> None:
+        answer = await transport.send("GET", url, {}, headers, None, timeout)
+        if answer.status_code != 200:
+            raise RuntimeError(f"the floor answered {answer.status_code}: {answer.text}")
+        answer.json()
+
+    try:
         for _ in range(20):
             await get()
         yield get
+    finally:
+        await transport.aclose()
 
 
 def libpq_dsn(database_url: str) -> str:

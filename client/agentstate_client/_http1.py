@@ -5,10 +5,11 @@ request on a small machine, more than the server spends routing one; an agent's 
 request or two, so that was most of the client's share of a turn (docs/PERFORMANCE.md).
 This transport writes each request in one send on an asyncio stream and parses the answer
 with `httptools` (llhttp, the C parser uvicorn serves with), and keeps idle connections for
-the next request. It is used only where nothing else is needed: `http://` base URLs, no
-proxy in the environment, `httptools` installed (the `speedups` extra, part of the async
-framework adapters' extras); otherwise the client uses httpx's own transport, as it does
-for TLS and proxies. Timeouts and errors are httpx's (`ConnectTimeout`, `ReadTimeout`,
+the next request. The client's own requests come through `send`, which takes the request's
+parts instead of an `httpx.Request` (see there). It is used only where nothing else is
+needed: `http://` base URLs, no proxy in the environment, `httptools` installed (the
+`speedups` extra, part of the async framework adapters' extras); otherwise the client uses
+httpx's own transport, as it does for TLS and proxies. Timeouts and errors are httpx's (`ConnectTimeout`, `ReadTimeout`,
 `ConnectError`, `ReadError`, `RemoteProtocolError`, ...), so the client's retry rules apply
 unchanged.
 """
