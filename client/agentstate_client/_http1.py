@@ -9,9 +9,9 @@ the next request. The client's own requests come through `send`, which takes the
 parts instead of an `httpx.Request` (see there). It is used only where nothing else is
 needed: `http://` base URLs, no proxy in the environment, `httptools` installed (the
 `speedups` extra, part of the async framework adapters' extras); otherwise the client uses
-httpx's own transport, as it does for TLS and proxies. Timeouts and errors are httpx's (`ConnectTimeout`, `ReadTimeout`,
-`ConnectError`, `ReadError`, `RemoteProtocolError`, ...), so the client's retry rules apply
-unchanged.
+httpx's own transport, as it does for TLS and proxies. Timeouts and errors are httpx's
+(`ConnectTimeout`, `ReadTimeout`, `ConnectError`, `ReadError`, `RemoteProtocolError`, ...),
+so the client's retry rules apply unchanged.
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
             self._fallback = self._fallback or httpx.AsyncHTTPTransport()
             return await self._fallback.handle_async_request(request)
         head = [b"%s %s HTTP/1.1" % (request.method.encode(), request.url.raw_path)]
-        head.extend(b"%s: %s" % pair for pair in request.headers.raw)
+        head.extend(_line(*pair) for pair in request.headers.raw)
         key = (request.url.host, request.url.port or 80)
         timeouts = request.extensions.get("timeout", {})
         connection, message = await self._exchange(
@@ -264,7 +264,8 @@ class AsyncHTTP1Transport(httpx.AsyncBaseTransport):
         head = [b"%s %s HTTP/1.1" % (method.encode(), target), b"Host: " + host]
         if not content and method in BODY_METHODS:
             head.append(b"Content-Length: 0")
-        head.extend(_header(name, value) for name, value in headers.items())
+        head.extend(_line(name.encode("ascii"), value.encode("ascii"))
+                    for name, value in headers.items())
         if content:
             head.append(b"Content-Length: %d" % len(content))
         timeouts = timeout.as_dict()
@@ -334,10 +335,9 @@ def _query(params: Mapping[str, Any]) -> str:
     return urlencode(items)
 
 
-def _header(name: str, value: str) -> bytes:
+def _line(name: bytes, value: bytes) -> bytes:
     """A header line; a name or value that would end the line early is refused, as httpx's
-    own transport refuses it."""
-    line = f"{name}: {value}".encode("ascii")
-    if b"\r" in line or b"\n" in line:
-        raise httpx.LocalProtocolError(f"Illegal header value in {name!r}")  # not the value: a secret
-    return line
+    own transport refuses it (naming the header, not the value: it may be a secret)."""
+    if b"\r" in name or b"\n" in name or b"\r" in value or b"\n" in value:
+        raise httpx.LocalProtocolError(f"Illegal header value in {name.decode(errors='replace')!r}")
+    return b"%s: %s" % (name, value)

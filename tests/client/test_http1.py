@@ -337,9 +337,13 @@ async def test_an_error_answer_names_its_request() -> None:
     assert raised.value.response.request.url == f"{url}/v1/threads/t1"
 
 
-async def test_a_header_that_would_end_its_line_is_refused_unsent() -> None:
-    async with raw_server(keep_alive) as (server, url), AsyncAgentStateClient(
-            url, headers={"X-Tenant-Note": "a\r\nX-Injected: 1"}) as client:
-        with pytest.raises(APIConnectionError, match="Illegal header value"):
+@pytest.mark.parametrize("through", ["send", "an httpx.AsyncClient"])
+async def test_a_header_that_would_end_its_line_is_refused_unsent(through: str) -> None:
+    async with raw_server(keep_alive) as (server, url), httpx.AsyncClient(
+            transport=AsyncHTTP1Transport()) as mine, AsyncAgentStateClient(
+            url, headers={"X-Tenant-Note": "a\r\nX-Injected: 1"},
+            http_client=mine if through != "send" else None) as client:
+        with pytest.raises(APIConnectionError, match="Illegal header value") as raised:
             await client.get_thread("t1")
     assert server.requests == []
+    assert "X-Injected" not in str(raised.value)  # the value is not repeated
