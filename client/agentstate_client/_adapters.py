@@ -1,12 +1,16 @@
-"""What the asyncio framework adapters (ADK, OpenAI Agents SDK, pydantic-ai) share: the
-client they own or are given, and appends that need no `Idempotency-Key`."""
+"""What the framework adapters share: the client the asyncio ones (ADK, OpenAI Agents SDK,
+pydantic-ai) own or are given, the two clients of LangGraph's saver and store, and appends
+that need no `Idempotency-Key`."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from agentstate_client._async import AsyncAgentStateClient
+from agentstate_client._sync import AgentStateClient
 from agentstate_client.errors import APIConnectionError, NotFound
 
 MAX_ATTEMPTS = 3  # sends of a batch whose connection failed
@@ -38,6 +42,51 @@ class OwnsClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+class ClientPair:
+    """LangGraph's saver and store, which LangGraph calls both blocking and async: the
+    blocking `client` (the one passed in, else one made at the first blocking call, so async
+    use never makes one) and the async client (the one passed in, else one of its own for
+    each event loop it is used from: an httpx.AsyncClient's connections belong to the loop
+    that opened them, and a second `asyncio.run` is another loop)."""
+
+    def _use_clients(self, base_url: str | None, api_key: str | None, timeout: float,
+                     client: AgentStateClient | None,
+                     async_client: AsyncAgentStateClient | None) -> None:
+        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
+        self._client = client
+        self._client_lock = threading.Lock()
+        self._async_client = async_client
+        self._async_loop: asyncio.AbstractEventLoop | None = None
+        self._owns_async = async_client is None
+
+    @property
+    def client(self) -> AgentStateClient:
+        """The blocking client (made now if none was passed or made yet)."""
+        if self._client is None:
+            with self._client_lock:
+                if self._client is None:
+                    self._client = AgentStateClient(self._base_url, api_key=self._api_key,
+                                                    timeout=self._timeout)
+        return self._client
+
+    def _aclient(self) -> AsyncAgentStateClient:
+        loop = asyncio.get_running_loop()
+        if self._async_client is None or (self._owns_async and loop is not self._async_loop):
+            self._async_client = AsyncAgentStateClient(self._base_url, api_key=self._api_key,
+                                                       timeout=self._timeout)
+            self._async_loop = loop
+        return self._async_client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        if self._owns_async and self._async_client is not None:
+            await self._async_client.aclose()
+            self._async_client = None
 
 
 async def send_once(client: AsyncAgentStateClient, ops: Sequence[dict[str, Any]],

@@ -28,9 +28,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
-import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -53,6 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("agentstate_client.langgraph needs langgraph: "
                       "pip install 'agentstate-client[langgraph]'") from exc
 
+from agentstate_client._adapters import ClientPair
 from agentstate_client._api import (
     OVERWRITE,
     store_item_body,
@@ -93,7 +92,7 @@ def _conditions(op: ListNamespacesOp) -> dict[str, list[str]]:
     return found
 
 
-class AgentStateStore(BaseStore):
+class AgentStateStore(ClientPair, BaseStore):
     """LangGraph's `BaseStore` (blocking and asyncio) over agentstate's store."""
 
     supports_ttl = True
@@ -105,40 +104,13 @@ class AgentStateStore(BaseStore):
                  index_name: str | None = None,
                  metric: Literal["cosine", "inner_product", "l2"] = "cosine",
                  hybrid: bool = False, text_query: bool = True, timeout: float = 30.0) -> None:
-        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
-        self._client = client  # made by the first blocking call: async use never makes one
-        self._client_lock = threading.Lock()
-        self._async_client = async_client
-        self._async_loop: asyncio.AbstractEventLoop | None = None
-        self._owns_async = async_client is None
+        self._use_clients(base_url, api_key, timeout, client, async_client)
         self.ttl_config = ttl
         self.index_config = index
         self.embeddings = ensure_embeddings(index.get("embed")) if index else None
         self._fields: list[str] = list((index or {}).get("fields") or ["$"])
         self._index_name = index_name or (f"langgraph-{index['dims']}" if index else None)
         self._metric, self._hybrid, self._text_query = metric, hybrid, text_query
-
-    @property
-    def client(self) -> AgentStateClient:
-        """The blocking client (made now if none was passed or made yet)."""
-        if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = AgentStateClient(self._base_url, api_key=self._api_key,
-                                                    timeout=self._timeout)
-        return self._client
-
-    def _aclient(self) -> AsyncAgentStateClient:
-        # An httpx.AsyncClient's connections belong to the loop that opened them: a store
-        # used from another loop (a second asyncio.run) gets a client of its own.
-        loop = asyncio.get_running_loop()
-        if self._async_client is None or (self._owns_async and self._async_loop is not loop):
-            self._async_client = AsyncAgentStateClient(self._base_url, api_key=self._api_key,
-                                                       timeout=self._timeout)
-            self._async_loop = loop
-        return self._async_client
-
-    # --- what a put sends ---------------------------------------------------------------
 
     def _texts(self, ops: Sequence[PutOp]) -> list[tuple[int, str, str]]:
         """(op position, field name, text) of every text to embed, LangGraph's way: a path
@@ -352,11 +324,3 @@ class AgentStateStore(BaseStore):
                                     index=body.get("index"), ttl_seconds=body.get("ttl_seconds"),
                                     vectors=body.get("vectors"), overwrite=True)
         return None
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-    async def aclose(self) -> None:
-        if self._owns_async and self._async_client is not None:
-            await self._async_client.aclose()

@@ -66,6 +66,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     class _DeltaSnapshot(tuple[Any, ...]):  # type: ignore[no-redef]
         value: Any
 
+from agentstate_client._adapters import ClientPair
 from agentstate_client._api import _Api
 from agentstate_client._async import AsyncAgentStateClient
 from agentstate_client._core import Op
@@ -109,7 +110,7 @@ def _kept(found: CheckpointTuple | None,
                                      for k, v in (wanted or {}).items())
 
 
-class AgentStateSaver(BaseCheckpointSaver[str]):
+class AgentStateSaver(ClientPair, BaseCheckpointSaver[str]):
     """LangGraph's checkpointer interface over agentstate's HTTP API.
 
     Pass `base_url` and `api_key` as to `AgentStateClient` (they default to
@@ -123,12 +124,7 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
                  async_client: AsyncAgentStateClient | None = None,
                  list_items: bool = True, item_cache_bytes: int = 64 * 1024 * 1024) -> None:
         super().__init__(serde=serde)
-        self._base_url, self._api_key, self._timeout = base_url, api_key, timeout
-        self._client = client  # made by the first blocking call: async use never makes one
-        self._client_lock = threading.Lock()
-        self._async_client = async_client
-        self._async_loop: asyncio.AbstractEventLoop | None = None
-        self._owns_async = async_client is None
+        self._use_clients(base_url, api_key, timeout, client, async_client)
         self._list_items = list_items
         # thread name -> digests of items the server holds for it (as far as we know).
         self._known: OrderedDict[str, set[str]] = OrderedDict()
@@ -154,41 +150,12 @@ class AgentStateSaver(BaseCheckpointSaver[str]):
         self._lock = threading.Lock()
         self._pipe_: _Pipe | None = None
 
-    @property
-    def client(self) -> AgentStateClient:
-        """The blocking client (made now if none was passed or made yet)."""
-        if self._client is None:
-            with self._client_lock:
-                if self._client is None:
-                    self._client = AgentStateClient(self._base_url, api_key=self._api_key,
-                                                    timeout=self._timeout)
-        return self._client
-
-    def _aclient(self) -> AsyncAgentStateClient:
-        # An httpx.AsyncClient's connections belong to the event loop that opened them: a
-        # saver used from another loop (a second asyncio.run) gets a client of its own.
-        loop = asyncio.get_running_loop()
-        if self._async_client is None or (self._owns_async and loop is not self._async_loop):
-            self._async_client = AsyncAgentStateClient(self._base_url, api_key=self._api_key,
-                                                       timeout=self._timeout)
-            self._async_loop = loop
-        return self._async_client
-
     def _pipe(self) -> _Pipe:
         """The group commit of the running event loop's client."""
         api = self._aclient()
         if self._pipe_ is None or self._pipe_.api is not api:
             self._pipe_ = _Pipe(self, api)
         return self._pipe_
-
-    def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-    async def aclose(self) -> None:
-        if self._owns_async and self._async_client is not None:
-            await self._async_client.aclose()
-            self._async_client = None
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """A channel version unique to this write: the counter, then random digits.
