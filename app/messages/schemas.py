@@ -374,12 +374,16 @@ def render_fields(fields: Collection[str]) -> Callable[[Any], str]:
     return render
 
 
+def renderer(fields: Collection[str] | None) -> Callable[[Any], str]:
+    """How a page renders each message: whole, or only the members in `fields`."""
+    return render_message if fields is None else render_fields(fields)
+
+
 def message_page(rows: Sequence[Any], limit: int, max_bytes: int,
-                 fields: Collection[str] | None = None) -> RenderedPage:
-    """A page of messages read `as_stored` with `limit + 1` rows: rendered (only the members
-    in `fields`, if given), with the cursor after it if there is more
-    (`AGENTSTATE_MAX_PAGE_BYTES` may end it early)."""
-    render = render_message if fields is None else render_fields(fields)
+                 render: Callable[[Any], str] = render_message) -> RenderedPage:
+    """A page of messages read `as_stored` with `limit + 1` rows: each rendered by `render`
+    (see `renderer`), with the cursor after it if there is more (`AGENTSTATE_MAX_PAGE_BYTES`
+    may end it early)."""
     return split_rendered(MESSAGE_CURSOR, rows, limit, page_key, render, max_bytes=max_bytes)
 
 

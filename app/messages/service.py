@@ -43,6 +43,7 @@ from app.messages.schemas import (
     columns_of,
     message_page,
     messages_path,
+    renderer,
 )
 from app.threads.aggregate import ThreadAggregate
 
@@ -145,7 +146,7 @@ class MessageService:
         )
         if not rows:
             await self.threads.live_pk(thread_id)
-        return message_page(rows, limit, self.settings.max_page_bytes, fields)
+        return message_page(rows, limit, self.settings.max_page_bytes, renderer(fields))
 
     async def get(self, thread_id: str, message_id: str) -> MessageOut:
         row = await self.repo.get(await self.threads.live_pk(thread_id), message_id)

@@ -32,6 +32,7 @@ from app.messages.schemas import (
     columns_of,
     message_page,
     messages_path,
+    renderer,
 )
 from app.threads.aggregate import ThreadAggregate, thread_path
 from app.threads.errors import ThreadDeleted, ThreadExists
@@ -89,7 +90,7 @@ class ThreadService:
         rows = await MessageRepository(self.uow.connection, self.uow.tenant_id).page(
             row.id, live=True, descending=False, lower=None, upper=None, role=None,
             agent_name=None, limit=limit + 1, as_stored=True, columns=columns_of(fields))
-        page = message_page(rows, limit, self.settings.max_page_bytes, fields)
+        page = message_page(rows, limit, self.settings.max_page_bytes, renderer(fields))
         return RenderedThread(row.thread_id, row.revision,
                               with_messages_json(render_thread(row), page))
 
@@ -229,7 +230,7 @@ class ThreadService:
         rows, threads = await self._page(**filters)
         messages = MessageRepository(self.uow.connection, self.uow.tenant_id)
         budget = self.settings.max_page_bytes
-        columns = columns_of(messages_fields)
+        columns, render = columns_of(messages_fields), renderer(messages_fields)
         items = []
         for thread, rendered in zip(rows, threads.items, strict=True):
             # Once the budget is spent, a thread gets one message and its cursor.
@@ -238,7 +239,7 @@ class ThreadService:
                 thread.id, live=True, descending=False, lower=None, upper=None, role=None,
                 agent_name=None, limit=size + 1, as_stored=True,
                 columns=columns) if thread.message_count else []
-            page = message_page(found, size, max(budget, 0), messages_fields)
+            page = message_page(found, size, max(budget, 0), render)
             budget -= sum(map(len, page.items))
             items.append(with_messages_json(rendered, page))
         return RenderedPage(items, threads.next_cursor)
